@@ -1,0 +1,132 @@
+// agentbox: an MCP server that gives AI agents sandboxed Linux machines.
+// Subcommands: serve (default), replay, version.
+#include "server/conversation.h"
+#include "server/dispatcher.h"
+#include "server/logging.h"
+#include "server/mcp_server.h"
+#include "server/options.h"
+#include "server/replay.h"
+#include "server/transport.h"
+#include "tools/register.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <pthread.h>
+#include <thread>
+#include <unistd.h>
+
+#ifndef AGENTBOX_VERSION
+#define AGENTBOX_VERSION "0.0.0"
+#endif
+
+namespace {
+
+using namespace agentbox;
+
+constexpr const char* kUsage =
+    "usage: agentbox [serve] [options]     MCP server on stdin/stdout (agentbox serve --help)\n"
+    "       agentbox replay FILE [-- SERVE_ARGS...]   replay a transcript against a fresh server\n"
+    "       agentbox version\n";
+
+// Hosts kill a server that has not exited ~2 s after closing its stdin; if a
+// clean shutdown stalls, leave anyway before that.
+constexpr auto kShutdownDeadline = std::chrono::milliseconds(1500);
+
+int serve(const std::vector<std::string>& args) {
+  auto options = server::parse_serve_options(args);
+  if (!options) return 0;
+  server::setup_logging(options->log_level);
+
+  // SIGTERM/SIGINT are taken by a thread of their own (sigwait) and turned into
+  // an orderly stop; blocked here so every thread created later inherits that.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a closed stdout shows up as EPIPE on write
+
+  std::unique_ptr<server::Recorder> recorder;
+  if (!options->record_file.empty()) recorder = std::make_unique<server::Recorder>(options->record_file);
+
+  server::StdioTransport transport(STDIN_FILENO, STDOUT_FILENO, options->max_line_bytes, recorder.get());
+  tools::Registry registry;
+  tools::Services services;
+  services.test_tools = options->test_tools;
+  tools::register_all(registry, services);
+
+  server::Dispatcher dispatcher(transport, {.workers = options->workers});
+  server::McpServer mcp(dispatcher, registry,
+                        {.default_conversation = server::default_conversation(options->conversation),
+                         .server_version = AGENTBOX_VERSION});
+
+  std::atomic<bool> done{false};
+  std::thread signal_thread([&] {
+    int signal = 0;
+    // Stops on SIGTERM/SIGINT, or on the SIGUSR1 we send ourselves at exit.
+    sigset_t wait_for = signals;
+    sigaddset(&wait_for, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &wait_for, nullptr);
+    sigwait(&wait_for, &signal);
+    if (!done.load()) {
+      spdlog::info("received {}, shutting down", strsignal(signal));
+      transport.stop();
+    }
+  });
+
+  spdlog::info("agentbox {} serving MCP on stdio (state dir {})", AGENTBOX_VERSION, options->state_dir.string());
+  transport.run(dispatcher);
+  spdlog::info("input closed, shutting down");
+  done.store(true);
+  pthread_kill(signal_thread.native_handle(), SIGUSR1);
+  signal_thread.join();
+
+  std::thread watchdog([] {
+    std::this_thread::sleep_for(kShutdownDeadline);
+    spdlog::error("shutdown took longer than {} ms; exiting anyway", kShutdownDeadline.count());
+    spdlog::default_logger()->flush();
+    _exit(0);
+  });
+  watchdog.detach();
+  dispatcher.shutdown();
+  spdlog::default_logger()->flush();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string command = "serve";
+  bool is_flag = !args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "--version" && args[0] != "--help" &&
+                 args[0] != "-h";
+  if (!args.empty() && !is_flag) {
+    command = args[0];
+    args.erase(args.begin());
+  }
+  try {
+    if (command == "serve") return serve(args);
+    if (command == "replay") return server::replay_main(argv[0], args);
+    if (command == "version" || command == "--version") {
+      std::cout << "agentbox " << AGENTBOX_VERSION << "\n";
+      return 0;
+    }
+    if (command == "help" || command == "--help" || command == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    std::cerr << "agentbox: unknown command '" << command << "'\n" << kUsage;
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "agentbox " << command << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "agentbox " << command << ": " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,154 @@
+#include "server/mcp_server.h"
+
+#include "server/conversation.h"
+#include "server/logging.h"
+
+#include <spdlog/spdlog.h>
+
+namespace agentbox::server {
+
+namespace {
+
+constexpr const char* kInstructions =
+    "agentbox gives this conversation its own sandboxed Linux machine. Use exec to run commands, the file_* "
+    "tools to read and change files under /workspace, sessions for separate shells, and process_* for "
+    "long-running programs. The workspace survives idle periods and restarts.";
+
+// Lists do not change while the server runs; hosts may cache them this long.
+constexpr int kListTtlMs = 5 * 60 * 1000;
+
+// Adapts a dispatcher Call to what tools may see of it.
+class ToolCallContext : public tools::CallContext {
+ public:
+  ToolCallContext(std::shared_ptr<Call> call, std::string conversation)
+      : call_(std::move(call)), conversation_(std::move(conversation)) {}
+  const std::string& conversation() const override { return conversation_; }
+  void progress(double done, std::optional<double> total, const std::string& message) override {
+    call_->progress(done, total, message);
+  }
+  bool cancelled() const override { return call_->cancelled(); }
+  void on_cancel(std::function<void()> fn) override { call_->on_cancel(std::move(fn)); }
+
+ private:
+  std::shared_ptr<Call> call_;
+  std::string conversation_;
+};
+
+json call_tool_result(const tools::ToolResult& result) {
+  return json{{"content", json::array({json{{"type", "text"}, {"text", result.text}}})},
+              {"structuredContent", result.structured},
+              {"isError", result.is_error}};
+}
+
+}  // namespace
+
+McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, McpOptions options)
+    : dispatcher_(dispatcher), registry_(registry), options_(std::move(options)) {
+  using Run = Dispatcher::Run;
+  using Gate = Dispatcher::Gate;
+  auto bind = [this](void (McpServer::*method)(const std::shared_ptr<Call>&)) {
+    return [this, method](std::shared_ptr<Call> call) { (this->*method)(call); };
+  };
+  dispatcher_.on_request("initialize", Run::Inline, Gate::Open, bind(&McpServer::initialize));
+  dispatcher_.on_request("server/discover", Run::Inline, Gate::Open, bind(&McpServer::discover));
+  dispatcher_.on_request("ping", Run::Inline, Gate::Open, [](std::shared_ptr<Call> call) { call->reply(json::object()); });
+  dispatcher_.on_request("logging/setLevel", Run::Inline, Gate::Initialized, bind(&McpServer::set_level));
+  dispatcher_.on_request("tools/list", Run::Pooled, Gate::Initialized, bind(&McpServer::list_tools));
+  dispatcher_.on_request("tools/call", Run::Pooled, Gate::Initialized, bind(&McpServer::call_tool));
+  dispatcher_.on_notification("notifications/initialized", [](const json&) { spdlog::debug("client initialized"); });
+
+  forward_logs_to_client([this](spdlog::level::level_enum level, const std::string& logger, const std::string& text) {
+    dispatcher_.notify("notifications/message",
+                       json{{"level", log_level_name(level)}, {"logger", logger}, {"data", text}});
+  });
+}
+
+json McpServer::capabilities() const {
+  return json{{"tools", json{{"listChanged", false}}}, {"logging", json::object()}};
+}
+
+json McpServer::server_info() const {
+  return json{{"name", "agentbox"}, {"title", "agentbox sandboxes"}, {"version", options_.server_version}};
+}
+
+void McpServer::initialize(const std::shared_ptr<Call>& call) {
+  if (dispatcher_.initialized())
+    throw ProtocolError(rpc::ErrorCode::InvalidRequest, "the server is already initialized");
+  InitializeParams params = parse_initialize_params(call->params());
+  // Unknown versions get our latest; the client decides whether it can go on.
+  std::string version = is_supported_initialize_version(params.protocol_version)
+                            ? params.protocol_version
+                            : std::string(kInitializeVersions.front());
+  {
+    std::lock_guard lock(mutex_);
+    negotiated_version_ = version;
+  }
+  spdlog::info("initialize from {} {} asking {}, speaking {}", params.client_info.name, params.client_info.version,
+               params.protocol_version, version);
+  call->reply(json{{"protocolVersion", version},
+                   {"capabilities", capabilities()},
+                   {"serverInfo", server_info()},
+                   {"instructions", kInstructions}});
+  dispatcher_.set_initialized();
+}
+
+void McpServer::discover(const std::shared_ptr<Call>& call) {
+  call->reply(json{{"supportedVersions", supported_versions_json()},
+                   {"capabilities", capabilities()},
+                   {"serverInfo", server_info()},
+                   {"instructions", kInstructions},
+                   {"ttlMs", kListTtlMs},
+                   {"cacheScope", "public"},
+                   {"_meta", json{{std::string(kMetaServerInfo), server_info()}}}});
+}
+
+void McpServer::set_level(const std::shared_ptr<Call>& call) {
+  ParamReader reader(call->params(), "params");
+  std::string name = reader.required_string("level");
+  auto level = parse_log_level(name);
+  if (!level)
+    reader.fail("level", "unknown level \"" + name +
+                             "\" (use debug, info, notice, warning, error, critical, alert or emergency)");
+  set_client_log_level(static_cast<spdlog::level::level_enum>(*level));
+  call->reply(json::object());
+}
+
+void McpServer::list_tools(const std::shared_ptr<Call>& call) {
+  ParamReader reader(call->params(), "params");
+  if (auto cursor = reader.optional_string("cursor"))
+    reader.fail("cursor", "unknown cursor: tools/list returns every tool in one page");
+  json result = {{"tools", registry_.definitions()}};
+  if (call->modern()) {
+    result["ttlMs"] = kListTtlMs;
+    result["cacheScope"] = "public";
+  }
+  call->reply(std::move(result));
+}
+
+bool McpServer::argument_errors_are_results(const Call& call) const {
+  if (call.modern()) return true;
+  std::lock_guard lock(mutex_);
+  return negotiated_version_ >= "2025-11-25";
+}
+
+void McpServer::call_tool(const std::shared_ptr<Call>& call) {
+  CallToolParams params = parse_call_tool_params(call->params());
+  const auto* tool = registry_.find(params.name);
+  if (!tool)
+    throw ProtocolError(rpc::ErrorCode::InvalidParams, "unknown tool: " + params.name,
+                        json{{"field", "params.name"}, {"name", params.name}});
+  if (auto invalid = registry_.validate(*tool, params.arguments)) {
+    std::string message = "invalid arguments for " + params.name + ": " + invalid->field + ": " + invalid->message;
+    if (!argument_errors_are_results(*call))
+      throw ProtocolError(rpc::ErrorCode::InvalidParams, message, json{{"field", invalid->field}});
+    call->reply(call_tool_result(
+        tools::ToolResult::error("INVALID_ARGUMENTS", message, json{{"field", invalid->field}})));
+    return;
+  }
+  std::string conversation = resolve_conversation(params.arguments, call->meta().raw, options_.default_conversation);
+  auto context = std::make_shared<ToolCallContext>(call, conversation);
+  tools::ToolReply reply(params.name, [call](tools::ToolResult result) { call->reply(call_tool_result(result)); });
+  registry_.function(*tool)(params.arguments, context, reply);
+}
+
+}  // namespace agentbox::server

@@ -1,0 +1,43 @@
+// The MCP methods: lifecycle (initialize, ping, server/discover), tools/list,
+// tools/call and logging. One line per method in the route table; the
+// dispatcher handles everything they have in common.
+#pragma once
+
+#include "server/dispatcher.h"
+#include "tools/registry.h"
+
+#include <mutex>
+#include <string>
+
+namespace agentbox::server {
+
+struct McpOptions {
+  std::string default_conversation = "default";
+  std::string server_version;
+};
+
+class McpServer {
+ public:
+  McpServer(Dispatcher& dispatcher, const tools::Registry& registry, McpOptions options);
+
+ private:
+  void initialize(const std::shared_ptr<Call>& call);
+  void discover(const std::shared_ptr<Call>& call);
+  void list_tools(const std::shared_ptr<Call>& call);
+  void call_tool(const std::shared_ptr<Call>& call);
+  void set_level(const std::shared_ptr<Call>& call);
+
+  json capabilities() const;
+  json server_info() const;
+  // Whether tool argument errors are tool results (SEP-1303, from 2025-11-25)
+  // rather than -32602 protocol errors.
+  bool argument_errors_are_results(const Call& call) const;
+
+  Dispatcher& dispatcher_;
+  const tools::Registry& registry_;
+  McpOptions options_;
+  mutable std::mutex mutex_;
+  std::string negotiated_version_;
+};
+
+}  // namespace agentbox::server

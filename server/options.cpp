@@ -1,0 +1,94 @@
+#include "server/options.h"
+
+#include <boost/program_options.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <pwd.h>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace po = boost::program_options;
+
+namespace agentbox::server {
+
+std::chrono::milliseconds parse_duration(const std::string& text) {
+  std::size_t used = 0;
+  double value;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("not a duration: '" + text + "' (try 10m, 30s, 250ms)");
+  }
+  std::string unit = text.substr(used);
+  double ms;
+  if (unit.empty() || unit == "s") ms = value * 1000;
+  else if (unit == "ms") ms = value;
+  else if (unit == "m" || unit == "min") ms = value * 60'000;
+  else if (unit == "h") ms = value * 3'600'000;
+  else throw std::invalid_argument("unknown unit in duration '" + text + "' (use ms, s, m or h)");
+  if (ms < 0) throw std::invalid_argument("negative duration: '" + text + "'");
+  return std::chrono::milliseconds(static_cast<long long>(ms));
+}
+
+std::filesystem::path default_state_dir() {
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "agentbox";
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) {
+    // Codex passes a minimal environment; fall back to the passwd entry.
+    if (const passwd* pw = getpwuid(getuid())) home = pw->pw_dir;
+  }
+  if (!home || !*home) throw std::invalid_argument("cannot find a state directory: set HOME, XDG_STATE_HOME or --state-dir");
+  return std::filesystem::path(home) / ".local" / "state" / "agentbox";
+}
+
+std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
+  std::string state_dir, idle_timeout, config, network, conversation;
+  ServeOptions out;
+  po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("state-dir", po::value(&state_dir), "where sandboxes, snapshots and the catalog live "
+                                           "(default $XDG_STATE_HOME/agentbox or ~/.local/state/agentbox)")
+      ("idle-timeout", po::value(&idle_timeout), "snapshot and stop a sandbox idle this long (default 10m)")
+      ("network", po::value(&network), "none (loopback only, default) or host")
+      ("conversation", po::value(&conversation), "conversation id when the host names none")
+      ("record", po::value(&out.record_file), "write every message in and out to this JSON-lines file")
+      ("log-level", po::value(&out.log_level), "trace, debug, info (default), warn, error, critical, off")
+      ("config", po::value(&config), "read options from this file (name = value lines)")
+      ("max-line-bytes", po::value(&out.max_line_bytes), "longest accepted protocol line (default 16 MiB)")
+      ("workers", po::value(&out.workers), "worker threads for requests (default 4)")
+      ("test-tools", po::bool_switch(&out.test_tools), "also offer the test fixtures (for the test suite)");
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+    if (!config.empty()) {
+      std::ifstream file(config);
+      if (!file) throw std::invalid_argument("cannot read config file " + config);
+      po::store(po::parse_config_file(file, desc), vm);
+      po::notify(vm);
+    }
+  } catch (const po::error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (vm.count("help")) {
+    std::cerr << desc << "\n";
+    return std::nullopt;
+  }
+  out.state_dir = state_dir.empty() ? default_state_dir() : std::filesystem::path(state_dir);
+  if (!idle_timeout.empty()) out.idle_timeout = parse_duration(idle_timeout);
+  if (!network.empty()) {
+    if (network != "none" && network != "host")
+      throw std::invalid_argument("--network must be none or host, not '" + network + "'");
+    out.network = network;
+  }
+  if (!conversation.empty()) out.conversation = conversation;
+  if (out.max_line_bytes < 1024) throw std::invalid_argument("--max-line-bytes must be at least 1024");
+  if (out.workers < 1 || out.workers > 256) throw std::invalid_argument("--workers must be between 1 and 256");
+  return out;
+}
+
+}  // namespace agentbox::server

@@ -1,0 +1,37 @@
+// Command-line options of `agentbox serve`, parsed with Boost.Program_options
+// (also from an INI-style --config file; the command line wins).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace agentbox::server {
+
+struct ServeOptions {
+  std::filesystem::path state_dir;
+  std::chrono::milliseconds idle_timeout{10 * 60 * 1000};
+  std::string network = "none";  // none | host
+  std::optional<std::string> conversation;
+  std::string record_file;
+  std::string log_level = "info";
+  std::size_t max_line_bytes = 16 * 1024 * 1024;
+  std::size_t workers = 4;
+  bool test_tools = false;
+};
+
+// Parses `serve` arguments (argv without the program and subcommand names).
+// Throws std::invalid_argument with a message for the user. Returns nullopt
+// when --help was asked for (the help text is printed).
+std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args);
+
+// "10m", "30s", "250ms", "1h", or a bare number of seconds.
+std::chrono::milliseconds parse_duration(const std::string& text);
+
+// $XDG_STATE_HOME/agentbox, else ~/.local/state/agentbox.
+std::filesystem::path default_state_dir();
+
+}  // namespace agentbox::server

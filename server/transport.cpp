@@ -1,0 +1,83 @@
+#include "server/transport.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <stdexcept>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace agentbox::server {
+
+Recorder::Recorder(const std::string& path) : out_(path, std::ios::out | std::ios::trunc) {
+  if (!out_) throw std::runtime_error("cannot open record file " + path + ": " + std::strerror(errno));
+}
+
+void Recorder::write(const json& entry) {
+  std::lock_guard lock(mutex_);
+  out_ << rpc::serialize(entry) << '\n';
+  out_.flush();
+}
+
+void Recorder::incoming(const std::string& line) {
+  json parsed = json::parse(line, nullptr, false);
+  if (parsed.is_discarded())
+    write(json{{"in_raw", line}});
+  else
+    write(json{{"in", std::move(parsed)}});
+}
+
+void Recorder::oversized(std::size_t bytes) { write(json{{"in_oversized", bytes}}); }
+
+void Recorder::outgoing(const json& message) { write(json{{"out", message}}); }
+
+StdioTransport::StdioTransport(int in_fd, int out_fd, std::size_t max_line_bytes, Recorder* recorder)
+    : in_fd_(in_fd), max_line_(max_line_bytes), writer_(out_fd), recorder_(recorder) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+}
+
+StdioTransport::~StdioTransport() { ::close(wake_fd_); }
+
+void StdioTransport::send(const json& message) {
+  if (recorder_) recorder_->outgoing(message);
+  if (!writer_.write_line(rpc::serialize(message))) spdlog::debug("stdout is closed; message dropped");
+}
+
+void StdioTransport::stop() {
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void StdioTransport::run(Dispatcher& dispatcher) {
+  // Poll before each read so stop() (SIGTERM) can interrupt a blocked read.
+  struct Waiter {
+    int in, wake;
+    bool wait() {
+      pollfd fds[2] = {{in, POLLIN, 0}, {wake, POLLIN, 0}};
+      for (;;) {
+        int n = ::poll(fds, 2, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return false;
+        if (fds[1].revents) return false;
+        return true;  // readable, hung up or error: read() will tell
+      }
+    }
+  } waiter{in_fd_, wake_fd_};
+
+  rpc::LineReader reader(in_fd_, max_line_, [&waiter] { return waiter.wait(); });
+  while (auto line = reader.next()) {
+    if (line->oversized) {
+      if (recorder_) recorder_->oversized(line->bytes);
+      dispatcher.handle_oversized(line->bytes, max_line_);
+      continue;
+    }
+    if (recorder_) recorder_->incoming(line->text);
+    dispatcher.handle_line(line->text);
+  }
+  if (reader.last_error()) spdlog::warn("reading stdin failed: {}", std::strerror(reader.last_error()));
+}
+
+}  // namespace agentbox::server

@@ -1,0 +1,54 @@
+// The stdio transport: the only code that touches the server's stdin and stdout.
+// stdout carries protocol messages and nothing else; every message in and out
+// can be copied to a transcript (--record).
+#pragma once
+
+#include "rpc/framing.h"
+#include "server/dispatcher.h"
+
+#include <atomic>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace agentbox::server {
+
+// Writes a JSON-lines transcript: {"in": message} / {"out": message}, and
+// {"in_raw": text} for input that was not JSON. The same format the replay
+// runner reads.
+class Recorder {
+ public:
+  explicit Recorder(const std::string& path);  // throws std::runtime_error
+  void incoming(const std::string& line);
+  void oversized(std::size_t bytes);
+  void outgoing(const json& message);
+
+ private:
+  void write(const json& entry);
+  std::mutex mutex_;
+  std::ofstream out_;
+};
+
+class StdioTransport : public Output {
+ public:
+  StdioTransport(int in_fd, int out_fd, std::size_t max_line_bytes, Recorder* recorder);
+  ~StdioTransport() override;
+
+  void send(const json& message) override;
+
+  // Reads lines until end of input or stop(), handing each to the dispatcher.
+  void run(Dispatcher& dispatcher);
+  // Makes run() return soon, from any thread (async-signal-safe).
+  void stop();
+
+ private:
+  int in_fd_;
+  std::size_t max_line_;
+  rpc::LineWriter writer_;
+  Recorder* recorder_;
+  int wake_fd_;  // eventfd polled beside stdin
+};
+
+}  // namespace agentbox::server

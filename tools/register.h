@@ -1,0 +1,15 @@
+// Binds every tool the server offers to its schema. The server calls this once
+// at start-up with the services the tools drive.
+#pragma once
+
+#include "tools/registry.h"
+
+namespace agentbox::tools {
+
+struct Services {
+  bool test_tools = false;  // also register the fixtures under schemas/test/
+};
+
+void register_all(Registry& registry, const Services& services);
+
+}  // namespace agentbox::tools

@@ -1,0 +1,100 @@
+#include "tools/registry.h"
+
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validation_results.hpp>
+#include <valijson/validator.hpp>
+
+#include <stdexcept>
+
+namespace agentbox::tools {
+
+struct Registry::Entry {
+  json definition;
+  valijson::Schema input_schema;
+  ToolFunction function;
+};
+
+Registry::Registry() = default;
+Registry::~Registry() = default;
+
+namespace {
+
+void require(bool ok, const std::string& schema, const std::string& what) {
+  if (!ok) throw std::logic_error("schemas/" + schema + ".json: " + what);
+}
+
+// valijson reports a context like ["<root>", "[env]", "[PATH]"]; turn it into
+// "arguments.env.PATH".
+std::string field_path(const std::vector<std::string>& context) {
+  std::string path = "arguments";
+  for (std::size_t i = 1; i < context.size(); ++i) {
+    const std::string& part = context[i];
+    if (part.size() >= 2 && part.front() == '[' && part.back() == ']') {
+      std::string inner = part.substr(1, part.size() - 2);
+      bool index = !inner.empty() && inner.find_first_not_of("0123456789") == std::string::npos;
+      path += index ? "[" + inner + "]" : "." + inner;
+    } else {
+      path += "." + part;
+    }
+  }
+  return path;
+}
+
+}  // namespace
+
+void Registry::add(const std::string& schema, ToolFunction function) {
+  const auto& files = embedded_schemas();
+  auto file = files.find(schema);
+  require(file != files.end(), schema, "no such embedded schema");
+  json definition = json::parse(file->second, nullptr, false);
+  require(!definition.is_discarded() && definition.is_object(), schema, "not a JSON object");
+  for (const char* key : {"name", "title", "description", "inputSchema", "annotations"})
+    require(definition.contains(key), schema, std::string("missing \"") + key + "\"");
+  require(definition["inputSchema"].value("type", "") == "object", schema, "inputSchema must be an object schema");
+  std::string name = definition["name"].get<std::string>();
+  require(!tools_.count(name), schema, "tool '" + name + "' registered twice");
+
+  auto entry = std::make_unique<Entry>();
+  valijson::SchemaParser parser;
+  valijson::adapters::NlohmannJsonAdapter adapter(definition["inputSchema"]);
+  try {
+    parser.populateSchema(adapter, entry->input_schema);
+  } catch (const std::exception& e) {
+    require(false, schema, std::string("inputSchema does not parse: ") + e.what());
+  }
+  entry->definition = std::move(definition);
+  entry->function = std::move(function);
+  tools_.emplace(std::move(name), std::move(entry));
+}
+
+std::vector<json> Registry::definitions() const {
+  std::vector<json> out;
+  out.reserve(tools_.size());
+  for (const auto& [name, entry] : tools_) out.push_back(entry->definition);
+  return out;
+}
+
+const Registry::Entry* Registry::find(const std::string& name) const {
+  auto it = tools_.find(name);
+  return it == tools_.end() ? nullptr : it->second.get();
+}
+
+std::optional<ValidationError> Registry::validate(const Entry& tool, const json& arguments) const {
+  valijson::Validator validator;
+  valijson::ValidationResults results;
+  valijson::adapters::NlohmannJsonAdapter adapter(arguments);
+  if (validator.validate(tool.input_schema, adapter, &results)) return std::nullopt;
+  // valijson reports the outermost failure first ("failed to validate against
+  // properties"); the last error is the most specific one.
+  valijson::ValidationResults::Error error;
+  std::optional<ValidationError> worst;
+  while (results.popError(error)) worst = ValidationError{field_path(error.context), error.description};
+  return worst;
+}
+
+const ToolFunction& Registry::function(const Entry& tool) const { return tool.function; }
+const json& Registry::definition(const Entry& tool) const { return tool.definition; }
+
+}  // namespace agentbox::tools

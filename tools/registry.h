@@ -1,0 +1,53 @@
+// The tool registry: every tool is declared by a JSON file under schemas/
+// (embedded into the binary at build time) and bound here to the function that
+// serves it. The schema is the single source of truth for tools/list and for
+// argument validation.
+#pragma once
+
+#include "tools/tool.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace agentbox::tools {
+
+// A failed validation: the JSON path of the offending field
+// ("arguments.timeout_ms") and what is wrong with it.
+struct ValidationError {
+  std::string field;
+  std::string message;
+};
+
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Binds the tool declared in schemas/<schema>.json. Throws std::logic_error
+  // when the schema is missing or malformed, or the name is taken: that is a
+  // build mistake, caught by the first test that starts the server.
+  void add(const std::string& schema, ToolFunction function);
+
+  // Tool definitions in a stable order (sorted by name).
+  std::vector<json> definitions() const;
+
+  struct Entry;
+  const Entry* find(const std::string& name) const;
+  std::optional<ValidationError> validate(const Entry& tool, const json& arguments) const;
+  const ToolFunction& function(const Entry& tool) const;
+  const json& definition(const Entry& tool) const;
+
+ private:
+  std::map<std::string, std::unique_ptr<Entry>> tools_;
+};
+
+// The embedded schema files, by path relative to schemas/ without ".json"
+// ("exec", "test/debug_sleep").
+const std::map<std::string, std::string_view>& embedded_schemas();
+
+}  // namespace agentbox::tools

@@ -1,0 +1,44 @@
+#include "tools/tool.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+
+namespace agentbox::tools {
+
+ToolResult ToolResult::ok(json structured, std::string text) {
+  return ToolResult{std::move(structured), std::move(text), false};
+}
+
+ToolResult ToolResult::error(std::string code, std::string message, json details) {
+  json err = {{"code", code}, {"message", message}};
+  if (!details.is_null()) err["details"] = std::move(details);
+  return ToolResult{json{{"error", std::move(err)}}, std::move(message), true};
+}
+
+struct ToolReply::State {
+  std::string tool;
+  Sink sink;
+  std::atomic<bool> replied{false};
+
+  ~State() {
+    if (!replied.load())
+      sink(ToolResult::error("INTERNAL", "tool '" + tool + "' finished without an answer (a server bug)"));
+  }
+};
+
+ToolReply::ToolReply(std::string tool, Sink sink)
+    : state_(std::make_shared<State>()) {
+  state_->tool = std::move(tool);
+  state_->sink = std::move(sink);
+}
+
+void ToolReply::operator()(ToolResult result) const {
+  if (state_->replied.exchange(true)) {
+    spdlog::error("tool '{}' answered twice; the second answer is dropped", state_->tool);
+    return;
+  }
+  state_->sink(std::move(result));
+}
+
+}  // namespace agentbox::tools
