@@ -40,12 +40,14 @@ bool LineReader::fill() {
 
 std::optional<LineReader::Line> LineReader::next() {
   for (;;) {
-    std::size_t scanned = start_;
+    // Bytes after start_ already searched; kept relative because fill() may
+    // compact the buffer and move start_.
+    std::size_t scanned = 0;
     std::size_t newline;
     bool oversized = false;
     std::size_t dropped = 0;
     for (;;) {
-      newline = buffer_.find('\n', scanned);
+      newline = buffer_.find('\n', start_ + scanned);
       if (newline != std::string::npos) break;
       if (buffer_.size() - start_ > max_) {
         // Too long to keep: remember how much we dropped and keep scanning for
@@ -55,7 +57,7 @@ std::optional<LineReader::Line> LineReader::next() {
         buffer_.clear();
         start_ = 0;
       }
-      scanned = buffer_.size();
+      scanned = buffer_.size() - start_;
       if (!fill()) {
         if (buffer_.size() == start_ && !oversized) return std::nullopt;
         // A last line without a newline still counts as a message.
