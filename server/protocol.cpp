@@ -119,7 +119,8 @@ RequestMeta parse_request_meta(const json& params) {
   if (version != raw.end()) {
     if (!version->is_string())
       throw ProtocolError(rpc::ErrorCode::InvalidParams,
-                          "params._meta[\"io.modelcontextprotocol/protocolVersion\"]: must be a string");
+                          "params._meta[\"io.modelcontextprotocol/protocolVersion\"]: must be a string",
+                          json{{"field", "params._meta[\"io.modelcontextprotocol/protocolVersion\"]"}});
     meta.protocol_version = version->get<std::string>();
   }
   auto caps = raw.find(std::string(kMetaClientCapabilities));
