@@ -1,0 +1,234 @@
+#include "sandbox/agent.h"
+
+#include "rpc/framing.h"
+#include "rpc/message.h"
+#include "sandbox/agent_methods.h"
+#include "sandbox/agent_processes.h"
+#include "sandbox/agent_sessions.h"
+#include "sandbox/seccomp.h"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstring>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace agentbox::sandbox {
+
+void AgentRequest::on_cancel(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!cancelled_) {
+      on_cancel_ = std::move(fn);
+      return;
+    }
+  }
+  fn();
+}
+
+void AgentRequest::cancel() {
+  std::function<void()> fn;
+  {
+    std::lock_guard lock(mutex_);
+    if (cancelled_.exchange(true)) return;
+    fn = std::move(on_cancel_);
+  }
+  if (fn) fn();
+}
+
+std::string param_string(const json& params, const char* name, const std::string& fallback) {
+  if (!params.is_object() || !params.contains(name) || params[name].is_null()) return fallback;
+  if (!params[name].is_string()) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be a string");
+  return params[name].get<std::string>();
+}
+
+std::string require_string(const json& params, const char* name) {
+  std::string value = param_string(params, name, "");
+  if (value.empty()) throw SandboxError(codes::kInvalidArgument, std::string(name) + " is required");
+  return value;
+}
+
+std::int64_t param_int(const json& params, const char* name, std::int64_t fallback) {
+  if (!params.is_object() || !params.contains(name) || params[name].is_null()) return fallback;
+  if (!params[name].is_number()) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be a number");
+  return params[name].get<std::int64_t>();
+}
+
+std::map<std::string, std::string> param_env(const json& params) {
+  std::map<std::string, std::string> env;
+  if (!params.is_object() || !params.contains("env") || params["env"].is_null()) return env;
+  if (!params["env"].is_object()) throw SandboxError(codes::kInvalidArgument, "env must be an object of strings");
+  for (const auto& [key, value] : params["env"].items()) {
+    if (!valid_env_name(key)) throw SandboxError(codes::kInvalidArgument, "env: '" + key + "' is not a variable name");
+    if (!value.is_string()) throw SandboxError(codes::kInvalidArgument, "env." + key + " must be a string");
+    env[key] = value.get<std::string>();
+  }
+  return env;
+}
+
+namespace {
+
+struct AgentOptions {
+  bool seccomp = true;
+  AgentConfig config;
+  std::vector<std::pair<int, rlim_t>> rlimits;
+};
+
+AgentOptions parse_options(int argc, char** argv) {
+  AgentOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::uint64_t {
+      if (i + 1 >= argc) throw SandboxError(codes::kInvalidArgument, arg + " needs a value");
+      return std::stoull(argv[++i]);
+    };
+    if (arg == "agent") continue;  // the subcommand name, when called through main
+    if (arg == "--no-seccomp") o.seccomp = false;
+    else if (arg == "--nproc") o.rlimits.emplace_back(RLIMIT_NPROC, value());
+    else if (arg == "--fsize") o.rlimits.emplace_back(RLIMIT_FSIZE, value());
+    else if (arg == "--nofile") o.rlimits.emplace_back(RLIMIT_NOFILE, value());
+    else if (arg == "--data") o.rlimits.emplace_back(RLIMIT_DATA, value());
+    else if (arg == "--output-chars") o.config.inline_output_chars = value();
+    else if (arg == "--head-bytes") o.config.process_head_bytes = value();
+    else if (arg == "--tail-bytes") o.config.process_tail_bytes = value();
+    else throw SandboxError(codes::kInvalidArgument, "unknown agent option " + arg);
+  }
+  for (char** e = environ; *e; ++e) o.config.environment.emplace_back(*e);
+  return o;
+}
+
+void apply_rlimits(const AgentOptions& o) {
+  rlimit core{0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  for (const auto& [resource, value] : o.rlimits) {
+    rlimit limit{value, value};
+    if (setrlimit(resource, &limit) != 0)
+      throw SandboxError(codes::kInternal, errno_message("setrlimit", errno));
+  }
+}
+
+// Serves requests until stdin closes. Each request runs on its own thread:
+// an exec that waits on a command must not hold up a ping or another session.
+class AgentServer {
+ public:
+  AgentServer(const AgentOptions& options)
+      : config_(options.config),
+        processes_(io_, config_, [this](const std::string& name) { return sessions_->context(name); }),
+        writer_(STDOUT_FILENO) {
+    sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
+    register_session_methods(methods_, *sessions_);
+    register_process_methods(methods_, processes_);
+    methods_["hello"] = [](AgentRequest&) {
+      return json{{"pid", getpid()}, {"uid", getuid()}, {"version", 1}};
+    };
+    methods_["status"] = [this](AgentRequest&) {
+      return json{{"sessions", sessions_->names()}, {"processes", processes_.background_ids()}};
+    };
+  }
+
+  int run() {
+    rpc::LineReader reader(STDIN_FILENO, 16 << 20);
+    while (auto line = reader.next()) {
+      if (line->oversized) continue;
+      auto parsed = rpc::parse_message(line->text);
+      if (auto* invalid = std::get_if<rpc::Invalid>(&parsed)) {
+        writer_.write_line(rpc::serialize(rpc::make_error(invalid->id, invalid->error)));
+        continue;
+      }
+      auto& message = std::get<rpc::Message>(parsed);
+      if (auto* request = std::get_if<rpc::Request>(&message)) {
+        dispatch(*request);
+      } else if (auto* note = std::get_if<rpc::Notification>(&message)) {
+        if (note->method == "cancel" && note->params.is_object()) cancel(note->params.value("id", json()));
+      }
+    }
+    // The server closed the pipe: end everything this sandbox runs.
+    sessions_->kill_all();
+    processes_.kill_all();
+    return 0;
+  }
+
+ private:
+  void dispatch(const rpc::Request& request) {
+    auto it = methods_.find(request.method);
+    if (it == methods_.end()) {
+      rpc::Error error{rpc::ErrorCode::MethodNotFound, "unknown agent method " + request.method, nullptr};
+      writer_.write_line(rpc::serialize(rpc::make_error(request.id, error)));
+      return;
+    }
+    json id = request.id;
+    auto call = std::make_shared<AgentRequest>(id, request.params, [this, id](const std::string& method, json params) {
+      params["request"] = id;
+      writer_.write_line(rpc::serialize(rpc::make_notification(method, params)));
+    });
+    {
+      std::lock_guard lock(mutex_);
+      active_[id.dump()] = call;
+    }
+    std::thread([this, call, method = it->second] {
+      json reply;
+      try {
+        reply = rpc::make_result(call->id(), method(*call));
+      } catch (const SandboxError& e) {
+        reply = rpc::make_error(call->id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+                                                     json{{"code", e.code()}}});
+      } catch (const std::exception& e) {
+        reply = rpc::make_error(call->id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+                                                     json{{"code", codes::kInternal}}});
+      }
+      {
+        std::lock_guard lock(mutex_);
+        active_.erase(call->id().dump());
+      }
+      writer_.write_line(rpc::serialize(reply));
+    }).detach();
+  }
+
+  void cancel(const json& id) {
+    std::shared_ptr<AgentRequest> call;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = active_.find(id.dump());
+      if (it != active_.end()) call = it->second;
+    }
+    if (call) call->cancel();
+  }
+
+  AgentConfig config_;
+  IoLoop io_;
+  ProcessTable processes_;
+  std::unique_ptr<Sessions> sessions_;
+  MethodTable methods_;
+  rpc::LineWriter writer_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<AgentRequest>> active_;
+};
+
+}  // namespace
+
+int agent_main(int argc, char** argv) {
+  // Logs go to stderr, which the server reads and prefixes; stdout is protocol only.
+  spdlog::set_pattern("[agent %L] %v");
+  try {
+    AgentOptions options = parse_options(argc, argv);
+    umask(022);
+    std::signal(SIGPIPE, SIG_IGN);  // a dead shell must be an EPIPE, not the agent's death
+    std::signal(SIGCHLD, SIG_IGN);  // reapers are collected by the kernel; they report through pipes
+    apply_rlimits(options);
+    // Before any thread exists, so every thread and child is covered.
+    if (options.seccomp) install_seccomp_filter();
+    mkdir(kRuntimeDir, 0700);
+    AgentServer server(options);
+    return server.run();
+  } catch (const std::exception& e) {
+    spdlog::error("agent cannot start: {}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace agentbox::sandbox

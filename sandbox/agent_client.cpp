@@ -1,0 +1,348 @@
+#include "sandbox/agent_client.h"
+
+#include "rpc/framing.h"
+#include "rpc/message.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <csignal>
+#include <fcntl.h>
+#include <future>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace agentbox::sandbox {
+
+namespace {
+
+constexpr std::size_t kMaxAgentLine = 64 << 20;
+constexpr std::size_t kStderrTailLines = 20;
+
+// pid to decimal without allocating (we are between fork and exec).
+std::size_t format_pid(pid_t pid, char* out) {
+  char digits[16];
+  std::size_t n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + pid % 10);
+    pid /= 10;
+  } while (pid > 0);
+  for (std::size_t i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
+  return n;
+}
+
+[[noreturn]] void child_fail(const char* message) {
+  (void)!write(2, message, std::strlen(message));
+  _exit(127);
+}
+
+}  // namespace
+
+std::string explain_start_failure(const std::string& err) {
+  auto has = [&err](const char* text) { return err.find(text) != std::string::npos; };
+  if (has("No such file or directory") && has("bwrap"))
+    return "bubblewrap (bwrap) is not installed; install the 'bubblewrap' package";
+  if (has("setting up uid map") || has("Creating new namespace failed") || has("No permissions to create new namespace"))
+    return "the kernel refused to create a user namespace for the sandbox. Enable unprivileged user namespaces "
+           "(sysctl kernel.unprivileged_userns_clone=1 on Debian; on Ubuntu 24.04 allow bwrap in AppArmor or set "
+           "kernel.apparmor_restrict_unprivileged_userns=0; in a container, run it with user namespaces allowed, "
+           "e.g. docker --security-opt seccomp=unconfined). `agentbox doctor` checks this. bwrap said: " + err;
+  if (has("Can't find source path") || has("Permission denied"))
+    return "bwrap could not bind a directory into the sandbox (the sandbox user cannot reach it; "
+           "check the permissions of the state directory and of the agentbox binary). bwrap said: " + err;
+  if (err.empty()) return "the sandbox exited before its agent answered (no message from bwrap)";
+  return "the sandbox did not start. bwrap said: " + err;
+}
+
+std::shared_ptr<AgentClient> AgentClient::start(LaunchSpec spec, std::chrono::milliseconds hello_timeout) {
+  std::shared_ptr<AgentClient> client(new AgentClient);
+  client->name_ = spec.name;
+  client->reader_ = std::thread([client = client.get(), spec = std::move(spec)]() mutable {
+    client->reader_main(std::move(spec));
+  });
+  {
+    std::unique_lock lock(client->mutex_);
+    client->changed_.wait(lock, [&] { return client->launched_ || !client->launch_error_.empty(); });
+    if (!client->launch_error_.empty()) throw SandboxError(codes::kSandboxStartFailed, client->launch_error_);
+  }
+  client->watchdog_ = std::thread([client = client.get()] { client->watchdog_main(); });
+  try {
+    client->call("hello", json::object(), hello_timeout);
+  } catch (const SandboxError& e) {
+    client->stop();
+    std::string tail;
+    {
+      std::lock_guard lock(client->mutex_);
+      for (const auto& line : client->stderr_tail_) tail += (tail.empty() ? "" : "; ") + line;
+    }
+    throw SandboxError(codes::kSandboxStartFailed, explain_start_failure(tail.empty() ? e.what() : tail));
+  }
+  return client;
+}
+
+void AgentClient::reader_main(LaunchSpec spec) {
+  std::vector<char*> argv, envp;
+  for (auto& a : spec.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : spec.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<const char*> procs;
+  for (const auto& p : spec.cgroup_procs) procs.push_back(p.c_str());
+
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+    std::lock_guard lock(mutex_);
+    launch_error_ = errno_message("pipe", errno);
+    changed_.notify_all();
+    return;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Async-signal-safe calls only from here to exec: the server is multithreaded.
+    char pidbuf[16];
+    std::size_t len = format_pid(getpid(), pidbuf);
+    for (const char* file : procs) {
+      int fd = open(file, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || write(fd, pidbuf, len) < 0) child_fail("agentbox: cannot join the sandbox cgroup\n");
+      close(fd);
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (spec.drop_to) {
+      gid_t gid = spec.drop_to->second;
+      uid_t uid = spec.drop_to->first;
+      if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
+        child_fail("agentbox: cannot switch to the sandbox user\n");
+    }
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    execve(argv[0], argv.data(), envp.data());
+    child_fail("bwrap: No such file or directory (cannot execute bwrap)\n");
+  }
+  int fork_errno = errno;
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  {
+    std::lock_guard lock(mutex_);
+    if (pid < 0) {
+      launch_error_ = errno_message("fork", fork_errno);
+      for (int fd : {in[1], out[0], err[0]}) close(fd);
+      changed_.notify_all();
+      return;
+    }
+    pid_ = pid;
+    to_agent_ = in[1];
+    from_agent_ = out[0];
+    stderr_fd_ = err[0];
+    launched_ = true;
+    changed_.notify_all();
+  }
+  stderr_reader_ = std::thread([this] { stderr_main(); });
+
+  rpc::LineReader reader(from_agent_, kMaxAgentLine);
+  while (auto line = reader.next()) {
+    if (!line->oversized) handle_line(line->text);
+  }
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (stderr_reader_.joinable()) stderr_reader_.join();
+  std::string reason;
+  {
+    std::lock_guard lock(mutex_);
+    dead_ = true;
+    if (WIFSIGNALED(status)) reason = "killed by " + std::string(strsignal(WTERMSIG(status)));
+    else reason = "exit status " + std::to_string(WEXITSTATUS(status));
+    if (!stderr_tail_.empty()) reason += "; last message: " + stderr_tail_.back();
+    death_reason_ = stopping_ ? "the sandbox was stopped" : "the sandbox's agent exited unexpectedly (" + reason + ")";
+    changed_.notify_all();
+  }
+  if (!stopping_) spdlog::warn("sandbox {}: {}", name_, death_reason_);
+  fail_all(codes::kSandboxFailed, death_reason_ + "; the sandbox will be restarted on the next call");
+}
+
+void AgentClient::stderr_main() {
+  rpc::LineReader reader(stderr_fd_, 64 * 1024);
+  while (auto line = reader.next()) {
+    if (line->oversized) continue;
+    spdlog::info("sandbox {}: {}", name_, line->text);
+    std::lock_guard lock(mutex_);
+    stderr_tail_.push_back(line->text);
+    if (stderr_tail_.size() > kStderrTailLines) stderr_tail_.erase(stderr_tail_.begin());
+  }
+  close(stderr_fd_);
+}
+
+void AgentClient::handle_line(const std::string& text) {
+  auto parsed = rpc::parse_message(text);
+  auto* message = std::get_if<rpc::Message>(&parsed);
+  if (!message) {
+    spdlog::warn("sandbox {}: unreadable message from the agent", name_);
+    return;
+  }
+  if (auto* response = std::get_if<rpc::Response>(message)) {
+    if (!response->id.is_number_unsigned()) return;
+    Outcome outcome;
+    if (response->error) {
+      std::string code = response->error->data.is_object() ? response->error->data.value("code", codes::kInternal)
+                                                             : codes::kInternal;
+      outcome.error = SandboxError(code, response->error->message);
+    } else {
+      outcome.result = response->result.value_or(json::object());
+    }
+    deliver(response->id.get<std::uint64_t>(), std::move(outcome));
+  } else if (auto* note = std::get_if<rpc::Notification>(message)) {
+    if (!note->params.is_object() || !note->params.contains("request")) return;
+    NoteSink sink;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = pending_.find(note->params["request"].get<std::uint64_t>());
+      if (it != pending_.end()) sink = it->second.notes;
+    }
+    if (sink) sink(note->method, note->params);
+  }
+}
+
+void AgentClient::deliver(std::uint64_t id, Outcome outcome) {
+  Callback callback;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;  // timed out already
+    callback = std::move(it->second.callback);
+    pending_.erase(it);
+  }
+  callback(std::move(outcome));
+}
+
+std::uint64_t AgentClient::call_async(const std::string& method, json params, std::chrono::milliseconds timeout,
+                                      Callback callback, NoteSink notes) {
+  std::uint64_t id;
+  std::string refusal;
+  {
+    std::lock_guard lock(mutex_);
+    id = next_id_++;
+    if (dead_ || stopping_) {
+      refusal = death_reason_.empty() ? "the sandbox is stopping" : death_reason_;
+    } else {
+      pending_[id] = Pending{std::move(callback), std::move(notes), std::chrono::steady_clock::now() + timeout};
+      changed_.notify_all();
+    }
+  }
+  if (!refusal.empty()) {
+    callback(Outcome{json(), SandboxError(codes::kSandboxFailed, refusal)});
+    return id;
+  }
+  if (!send(rpc::make_request(id, method, params))) {
+    deliver(id, Outcome{json(), SandboxError(codes::kSandboxFailed, "the sandbox's agent is not reachable")});
+  }
+  return id;
+}
+
+bool AgentClient::send(const json& message) {
+  std::string line = rpc::serialize(message);
+  line.push_back('\n');
+  // One writer at a time: a line longer than PIPE_BUF is not written atomically.
+  std::lock_guard lock(write_mutex_);
+  return to_agent_ >= 0 && rpc::write_all(to_agent_, line) == 0;
+}
+
+json AgentClient::call(const std::string& method, json params, std::chrono::milliseconds timeout, NoteSink notes) {
+  std::promise<Outcome> promise;
+  auto future = promise.get_future();
+  call_async(method, std::move(params), timeout, [&promise](Outcome o) { promise.set_value(std::move(o)); },
+             std::move(notes));
+  Outcome outcome = future.get();
+  if (outcome.error) throw *outcome.error;
+  return outcome.result;
+}
+
+void AgentClient::cancel(std::uint64_t id) { send(rpc::make_notification("cancel", {{"id", id}})); }
+
+bool AgentClient::alive() const {
+  std::lock_guard lock(mutex_);
+  return !dead_ && !stopping_;
+}
+
+std::string AgentClient::death_reason() const {
+  std::lock_guard lock(mutex_);
+  return death_reason_;
+}
+
+void AgentClient::watchdog_main() {
+  std::unique_lock lock(mutex_);
+  while (!dead_) {
+    auto now = std::chrono::steady_clock::now();
+    auto next = now + std::chrono::hours(1);
+    std::vector<std::uint64_t> expired;
+    for (const auto& [id, p] : pending_) {
+      if (p.deadline <= now) expired.push_back(id);
+      else next = std::min(next, p.deadline);
+    }
+    if (!expired.empty()) {
+      lock.unlock();
+      for (auto id : expired) {
+        cancel(id);
+        deliver(id, Outcome{json(), SandboxError(codes::kAgentTimeout,
+                                                 "the sandbox did not answer in time; the request was abandoned")});
+      }
+      lock.lock();
+      continue;
+    }
+    changed_.wait_until(lock, next);
+  }
+}
+
+void AgentClient::fail_all(const std::string& code, const std::string& message) {
+  std::map<std::uint64_t, Pending> pending;
+  {
+    std::lock_guard lock(mutex_);
+    pending.swap(pending_);
+  }
+  for (auto& [id, p] : pending) p.callback(Outcome{json(), SandboxError(code, message)});
+}
+
+void AgentClient::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || !launched_) return;
+    stopping_ = true;
+  }
+  {
+    // EOF on its stdin tells the agent to kill its processes and exit.
+    std::lock_guard lock(write_mutex_);
+    if (to_agent_ >= 0) close(to_agent_);
+    to_agent_ = -1;
+  }
+  std::unique_lock lock(mutex_);
+  if (!changed_.wait_for(lock, std::chrono::milliseconds(500), [this] { return dead_; })) {
+    ::kill(pid_, SIGKILL);
+    changed_.wait_for(lock, std::chrono::seconds(5), [this] { return dead_; });
+  }
+}
+
+AgentClient::~AgentClient() {
+  stop();
+  {
+    std::lock_guard lock(mutex_);
+    if (!dead_ && pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  if (reader_.joinable()) reader_.join();
+  {
+    std::lock_guard lock(mutex_);
+    dead_ = true;
+    changed_.notify_all();
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  if (from_agent_ >= 0) close(from_agent_);
+}
+
+}  // namespace agentbox::sandbox

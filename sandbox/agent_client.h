@@ -1,0 +1,111 @@
+// The server's side of one sandbox: starts bwrap around the agent, then
+// speaks JSON-RPC to it over the agent's stdin/stdout (rpc/framing.h) with
+// request ids, per-call timeouts and notification routing (streamed output).
+// When the agent dies every pending call fails with SANDBOX_FAILED and the
+// client stays dead; the manager starts a new one on the next call.
+//
+// Caveat: the process is forked from the client's own reader thread, because
+// bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that
+// forked it ends, not the process.
+#pragma once
+
+#include "sandbox/errors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <thread>
+#include <vector>
+
+namespace agentbox::sandbox {
+
+using json = nlohmann::json;
+
+struct LaunchSpec {
+  std::vector<std::string> argv;          // bwrap and its arguments
+  std::vector<std::string> env;
+  std::vector<std::string> cgroup_procs;  // joined by the child before exec
+  std::optional<std::pair<unsigned, unsigned>> drop_to;  // host uid/gid when the server is root
+  std::string name;                       // for logs
+};
+
+class AgentClient : public std::enable_shared_from_this<AgentClient> {
+ public:
+  // The outcome of one call: a result, or the error that replaced it.
+  struct Outcome {
+    json result;
+    std::optional<SandboxError> error;
+  };
+  using Callback = std::function<void(Outcome)>;
+  using NoteSink = std::function<void(const std::string& method, const json& params)>;
+
+  // Starts the sandbox and waits for the agent's hello. Throws
+  // SandboxError(SANDBOX_START_FAILED) with bwrap's own explanation.
+  static std::shared_ptr<AgentClient> start(LaunchSpec spec, std::chrono::milliseconds hello_timeout);
+  ~AgentClient();
+
+  // Sends a request; callback runs exactly once (on a client thread). Returns
+  // the request id, for cancel().
+  std::uint64_t call_async(const std::string& method, json params, std::chrono::milliseconds timeout,
+                           Callback callback, NoteSink notes = {});
+  // Blocking form; throws SandboxError.
+  json call(const std::string& method, json params, std::chrono::milliseconds timeout, NoteSink notes = {});
+  // Asks the agent to stop the request (the command's processes are killed).
+  void cancel(std::uint64_t id);
+
+  bool alive() const;
+  std::string death_reason() const;
+  pid_t pid() const { return pid_; }
+  // Closes the agent's stdin (it kills everything and exits), then kills bwrap
+  // if it lingers. Pending calls fail.
+  void stop();
+
+ private:
+  struct Pending {
+    Callback callback;
+    NoteSink notes;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  AgentClient() = default;
+  void reader_main(LaunchSpec spec);
+  void stderr_main();
+  void watchdog_main();
+  void fail_all(const std::string& code, const std::string& message);
+  void deliver(std::uint64_t id, Outcome outcome);
+  void handle_line(const std::string& line);
+  bool send(const json& message);
+
+  pid_t pid_ = -1;
+  int to_agent_ = -1;
+  int from_agent_ = -1;
+  int stderr_fd_ = -1;
+  std::string name_;
+
+  std::mutex write_mutex_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool launched_ = false;
+  std::string launch_error_;
+  bool dead_ = false;
+  bool stopping_ = false;
+  std::string death_reason_;
+  std::vector<std::string> stderr_tail_;
+  std::map<std::uint64_t, Pending> pending_;
+  std::uint64_t next_id_ = 1;
+  std::thread reader_, stderr_reader_, watchdog_;
+};
+
+// Plain-words explanation of why bwrap could not start, from its stderr
+// (shared with `doctor`).
+std::string explain_start_failure(const std::string& bwrap_stderr);
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,78 @@
+// The agent's method table: one map from JSON-RPC method name to handler,
+// filled by one register_*_methods() per family (sessions and exec,
+// background processes; file operations go in agent_files.cpp the same way:
+// declare register_file_methods here, define it there, call it in agent.cpp).
+// A handler runs on its own thread, returns the result object, and throws
+// SandboxError for failures; the code travels as error.data.code.
+#pragma once
+
+#include "sandbox/agent_io.h"
+#include "sandbox/errors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace agentbox::sandbox {
+
+using json = nlohmann::json;
+
+// JSON-RPC error code for every SandboxError; the precise code is in data.code.
+inline constexpr int kAgentErrorCode = -32000;
+
+// Inside-the-sandbox paths of the agent's private runtime directory (a tmpfs).
+inline constexpr const char* kRuntimeDir = "/run/agentbox";
+
+struct AgentConfig {
+  std::size_t inline_output_chars = 30'000;
+  std::size_t process_head_bytes = 64 * 1024;
+  std::size_t process_tail_bytes = 1024 * 1024;
+  std::vector<std::string> environment;  // the agent's own, passed to commands
+};
+
+// One request being served. Copies are not made: handlers get a reference.
+class AgentRequest {
+ public:
+  using Notify = std::function<void(const std::string& method, json params)>;
+  AgentRequest(json id, json params, Notify notify)
+      : id_(std::move(id)), params_(std::move(params)), notify_(std::move(notify)) {}
+
+  const json& id() const { return id_; }
+  const json& params() const { return params_; }
+  void notify(const std::string& method, json params) const { notify_(method, std::move(params)); }
+
+  bool cancelled() const { return cancelled_.load(); }
+  // fn runs once, on cancel() (at once if already cancelled). Used to wake a
+  // handler that waits on a command.
+  void on_cancel(std::function<void()> fn);
+  void cancel();
+
+ private:
+  json id_;
+  json params_;
+  Notify notify_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mutex_;
+  std::function<void()> on_cancel_;
+};
+
+using AgentMethod = std::function<json(AgentRequest&)>;
+using MethodTable = std::map<std::string, AgentMethod>;
+
+class Sessions;
+class ProcessTable;
+
+void register_session_methods(MethodTable& table, Sessions& sessions);
+void register_process_methods(MethodTable& table, ProcessTable& processes);
+
+// Parameter helpers: a missing or mistyped field is INVALID_ARGUMENT naming it.
+std::string param_string(const json& params, const char* name, const std::string& fallback);
+std::string require_string(const json& params, const char* name);
+std::int64_t param_int(const json& params, const char* name, std::int64_t fallback);
+std::map<std::string, std::string> param_env(const json& params);
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,120 @@
+#include "sandbox/bwrap_plan.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace agentbox::sandbox {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// /bin, /lib... are symlinks into /usr on merged-/usr systems and real
+// directories elsewhere; mirror whichever the host has.
+void add_os_dir(std::vector<std::string>& argv, const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return;
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    fs::path target = fs::read_symlink(path, ec);
+    if (!ec) argv.insert(argv.end(), {"--symlink", target.string(), path});
+  } else if (S_ISDIR(st.st_mode)) {
+    argv.insert(argv.end(), {"--ro-bind", path, path});
+  }
+}
+
+bool is_under(const fs::path& child, const fs::path& parent) {
+  auto c = child.lexically_normal(), p = parent.lexically_normal();
+  auto mismatch = std::mismatch(p.begin(), p.end(), c.begin(), c.end());
+  return mismatch.first == p.end();
+}
+
+const std::vector<std::string> kOsDirs = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"};
+
+}  // namespace
+
+const std::vector<std::string>& masked_etc_files() {
+  static const std::vector<std::string> files = {
+      "/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers",
+      "/etc/security/opasswd", "/etc/machine-id",
+  };
+  return files;
+}
+
+std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
+  std::vector<std::string> argv = {o.bwrap};
+  auto add = [&argv](std::initializer_list<std::string> items) { argv.insert(argv.end(), items); };
+
+  add({"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"});
+  if (!o.network_host) add({"--unshare-net"});  // bwrap brings up lo in the new namespace
+  add({"--uid", std::to_string(o.inner_uid), "--gid", std::to_string(o.inner_gid)});
+  add({"--hostname", o.hostname});
+  // --new-session: no controlling terminal to push input into (CVE-2017-5226).
+  add({"--die-with-parent", "--new-session", "--cap-drop", "ALL"});
+
+  for (const auto& dir : kOsDirs) add_os_dir(argv, dir);
+  add({"--ro-bind", "/etc", "/etc"});
+  for (const auto& file : masked_etc_files()) {
+    if (access(file.c_str(), F_OK) == 0) add({"--ro-bind", (o.dirs.etc() / "empty").string(), file});
+  }
+  for (const auto& [name, content] : generated_etc_files(o)) {
+    if (name != "empty") add({"--ro-bind", (o.dirs.etc() / name).string(), "/etc/" + name});
+  }
+  // The state directory must stay invisible even if it was put under /opt or /usr.
+  for (const auto& dir : kOsDirs) {
+    if (!o.state_dir.empty() && is_under(o.state_dir, dir)) add({"--tmpfs", o.state_dir.string()});
+  }
+
+  add({"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"});
+  // /run is private and empty: the host's sockets (docker, dbus, systemd) stay outside.
+  add({"--tmpfs", "/run", "--perms", "0700", "--dir", "/run/agentbox"});
+  add({"--ro-bind", o.agent_binary.string(), kAgentPathInside});
+  add({"--bind", o.dirs.workspace().string(), "/workspace"});
+  add({"--bind", o.dirs.home().string(), "/home/user"});
+  add({"--bind", o.dirs.tmp().string(), "/tmp"});
+  add({"--dir", "/var", "--symlink", "../tmp", "/var/tmp"});
+  add({"--chdir", "/workspace"});
+  argv.push_back(kAgentPathInside);
+  argv.insert(argv.end(), o.agent_args.begin(), o.agent_args.end());
+  return argv;
+}
+
+std::vector<std::pair<std::string, std::string>> generated_etc_files(const BwrapOptions& o) {
+  std::string uid = std::to_string(o.inner_uid), gid = std::to_string(o.inner_gid);
+  return {
+      {"passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                 "user:x:" + uid + ":" + gid + ":sandbox user:/home/user:/bin/bash\n"
+                 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+      {"group", "root:x:0:\nuser:x:" + gid + ":\nnogroup:x:65534:\n"},
+      {"hostname", o.hostname + "\n"},
+      {"hosts", "127.0.0.1 localhost " + o.hostname + "\n::1 localhost ip6-localhost ip6-loopback\n"},
+      {"empty", ""},
+  };
+}
+
+std::vector<std::string> sandbox_environment(const BwrapOptions& o) {
+  return {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "HOME=/home/user", "USER=user", "LOGNAME=user", "SHELL=/bin/bash",
+      "LANG=C.UTF-8", "TERM=dumb", "HOSTNAME=" + o.hostname, "TMPDIR=/tmp",
+  };
+}
+
+std::string printable_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& arg : argv) {
+    if (!out.empty()) out += ' ';
+    bool plain = !arg.empty() && arg.find_first_not_of(
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == std::string::npos;
+    if (plain) {
+      out += arg;
+    } else {
+      out += '\'';
+      for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      out += '\'';
+    }
+  }
+  return out;
+}
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,53 @@
+// The bubblewrap command line of a sandbox, built as data: a list of
+// arguments that can be printed, logged and unit-tested before anything runs
+// (bubblewrap itself treats its mount setup the same way). The plan decides
+// what a sandbox sees; the code that runs it lives in agent_client.cpp.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace agentbox::sandbox {
+
+// Host directories backing one sandbox, all under <state>/sandboxes/<id>/.
+struct SandboxDirs {
+  std::filesystem::path root;
+  std::filesystem::path workspace() const { return root / "workspace"; }
+  std::filesystem::path home() const { return root / "home"; }
+  std::filesystem::path tmp() const { return root / "tmp"; }
+  std::filesystem::path etc() const { return root / "etc"; }  // generated passwd, group, hostname
+};
+
+struct BwrapOptions {
+  std::string bwrap = "/usr/bin/bwrap";
+  SandboxDirs dirs;
+  std::filesystem::path state_dir;   // hidden if it lies under a bound host directory
+  std::string hostname = "agentbox";
+  bool network_host = false;         // false: new network namespace with loopback only
+  unsigned inner_uid = 1000;         // the uid sandboxed code sees
+  unsigned inner_gid = 1000;
+  std::filesystem::path agent_binary;  // host path of the agent executable
+  std::vector<std::string> agent_args;  // arguments after the binary ("agent", limits...)
+};
+
+// Where the agent binary appears inside the sandbox.
+inline constexpr const char* kAgentPathInside = "/run/agentbox-bin/agentbox";
+
+// Host /etc files never shown inside (bound over with an empty file).
+const std::vector<std::string>& masked_etc_files();
+
+// The full argv, starting with the bwrap path.
+std::vector<std::string> bwrap_argv(const BwrapOptions& options);
+
+// The files the plan expects in dirs.etc(): passwd/group naming the sandbox
+// user, and hostname. Returns (file name, content) pairs.
+std::vector<std::pair<std::string, std::string>> generated_etc_files(const BwrapOptions& options);
+
+// The environment the agent starts with (commands inherit it).
+std::vector<std::string> sandbox_environment(const BwrapOptions& options);
+
+// Shell-quoted, for logs and `doctor`.
+std::string printable_command(const std::vector<std::string>& argv);
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,243 @@
+#include "sandbox/cgroups.h"
+
+#include "sandbox/errors.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace agentbox::sandbox {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool write_file(const fs::path& path, const std::string& value, std::string* why = nullptr) {
+  std::ofstream out(path);
+  out << value;
+  out.flush();
+  if (!out) {
+    if (why) *why = errno_message("write " + path.string(), errno);
+    return false;
+  }
+  return true;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// /proc/self/cgroup lines are "id:controllers:path"; v2 is "0::path".
+std::string own_path(const std::string& controller) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string list = line.substr(a + 1, b - a - 1);
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item == controller) return line.substr(b + 1);
+    }
+    if (controller.empty() && list.empty()) return line.substr(b + 1);
+  }
+  return {};
+}
+
+// Mount point of a v1 controller (or of cgroup2 when controller is empty).
+fs::path mount_of(const std::string& controller) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::stringstream pre(line.substr(0, dash)), post(line.substr(dash + 3));
+    std::string f, mountpoint, fstype, source, options;
+    for (int i = 0; i < 5 && pre >> f; ++i) {
+      if (i == 4) mountpoint = f;
+    }
+    post >> fstype >> source >> options;
+    if (controller.empty() && fstype == "cgroup2") return mountpoint;
+    if (!controller.empty() && fstype == "cgroup") {
+      std::stringstream ss(options);
+      std::string opt;
+      while (std::getline(ss, opt, ',')) {
+        if (opt == controller) return mountpoint;
+      }
+    }
+  }
+  return {};
+}
+
+bool make_dir(const fs::path& dir, std::string& why) {
+  if (mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return true;
+  why = errno_message("mkdir " + dir.string(), errno);
+  return false;
+}
+
+CgroupSupport detect_v2(const fs::path& mount) {
+  CgroupSupport s;
+  s.version = CgroupSupport::Version::V2;
+  std::string controllers = read_file(mount / "cgroup.controllers");
+  s.has_memory = controllers.find("memory") != std::string::npos;
+  s.has_pids = controllers.find("pids") != std::string::npos;
+  fs::path own = mount / fs::path(own_path("")).relative_path();
+  // A v2 group that has processes may not hand controllers to children (the
+  // "no internal processes" rule), so the server first moves itself into a leaf.
+  std::string why;
+  fs::path leaf = own / "agentbox-server";
+  fs::path parent = own / "agentbox";
+  std::string enable;
+  if (s.has_memory) enable += "+memory ";
+  if (s.has_pids) enable += "+pids ";
+  if (controllers.find("cpu") != std::string::npos) enable += "+cpu ";
+  bool ok = true;
+  if (!write_file(own / "cgroup.subtree_control", enable)) {
+    ok = make_dir(leaf, why) && write_file(leaf / "cgroup.procs", std::to_string(getpid()), &why) &&
+         write_file(own / "cgroup.subtree_control", enable, &why);
+  }
+  ok = ok && make_dir(parent, why) && write_file(parent / "cgroup.subtree_control", enable, &why);
+  s.writable = ok && (s.has_memory || s.has_pids);
+  if (s.writable) {
+    s.parents = {parent};
+    s.detail = "cgroup v2 at " + mount.string() + ", sandboxes under " + parent.string();
+  } else {
+    s.detail = "cgroup v2 at " + mount.string() + " is not writable by this server (" +
+               (why.empty() ? "memory/pids controllers not delegated" : why) +
+               "); run as root or in a systemd scope with Delegate=yes";
+  }
+  return s;
+}
+
+CgroupSupport detect_v1() {
+  CgroupSupport s;
+  s.version = CgroupSupport::Version::V1;
+  std::string why;
+  for (const std::string controller : {"memory", "pids", "cpu"}) {
+    fs::path mount = mount_of(controller);
+    if (mount.empty()) continue;
+    fs::path parent = mount / fs::path(own_path(controller)).relative_path() / "agentbox";
+    if (!make_dir(parent, why)) continue;
+    s.parents.push_back(parent);
+    if (controller == "memory") s.has_memory = true;
+    if (controller == "pids") s.has_pids = true;
+  }
+  s.writable = s.has_memory || s.has_pids;
+  s.detail = s.writable ? "cgroup v1 (memory " + std::string(s.has_memory ? "yes" : "no") + ", pids " +
+                              (s.has_pids ? "yes" : "no") + ")"
+                        : "cgroup v1 is not writable by this server (" + why +
+                              "); run the server as root to get memory and process limits per sandbox";
+  return s;
+}
+
+}  // namespace
+
+std::string CgroupSupport::version_name() const {
+  switch (version) {
+    case Version::V1: return "v1";
+    case Version::V2: return "v2";
+    default: return "none";
+  }
+}
+
+CgroupSupport detect_cgroups() {
+  fs::path v2 = mount_of("");
+  // Prefer v2 when it carries the controllers; a hybrid host (v1 controllers
+  // plus an empty unified mount, like this project's CI) uses v1.
+  if (!v2.empty()) {
+    std::string controllers = read_file(v2 / "cgroup.controllers");
+    if (controllers.find("memory") != std::string::npos || controllers.find("pids") != std::string::npos)
+      return detect_v2(v2);
+  }
+  if (!mount_of("memory").empty() || !mount_of("pids").empty()) return detect_v1();
+  CgroupSupport none;
+  none.detail = "no cgroup filesystem is mounted; limits fall back to rlimits";
+  return none;
+}
+
+std::unique_ptr<Cgroup> Cgroup::create(const CgroupSupport& support, const std::string& name,
+                                       const Limits& limits, std::string& why) {
+  if (!support.writable) {
+    why = support.detail;
+    return nullptr;
+  }
+  std::unique_ptr<Cgroup> group(new Cgroup);
+  group->version_ = support.version;
+  for (const auto& parent : support.parents) {
+    fs::path dir = parent / name;
+    if (!make_dir(dir, why)) return nullptr;
+    group->dirs_.push_back(dir);
+    group->procs_files_.push_back((dir / "cgroup.procs").string());
+    std::string mem = std::to_string(limits.memory_bytes);
+    // Headroom over the rlimit so the agent can still answer (and kill) when
+    // sandboxed code has used up its process allowance.
+    std::string pids = std::to_string(limits.max_processes + 16);
+    if (support.version == CgroupSupport::Version::V2) {
+      if (support.has_memory) group->memory_ = write_file(dir / "memory.max", mem, &why);
+      if (support.has_pids) write_file(dir / "pids.max", pids, &why);
+      write_file(dir / "memory.swap.max", "0");
+      write_file(dir / "cpu.weight", std::to_string(std::max<std::uint64_t>(1, limits.cpu_shares * 100 / 1024)));
+    } else if (fs::exists(dir / "memory.limit_in_bytes")) {
+      group->memory_ = write_file(dir / "memory.limit_in_bytes", mem, &why);
+      if (fs::exists(dir / "memory.memsw.limit_in_bytes")) write_file(dir / "memory.memsw.limit_in_bytes", mem);
+    } else if (fs::exists(dir / "pids.max")) {
+      write_file(dir / "pids.max", pids, &why);
+    } else if (fs::exists(dir / "cpu.shares")) {
+      write_file(dir / "cpu.shares", std::to_string(limits.cpu_shares), &why);
+    }
+  }
+  return group;
+}
+
+void Cgroup::kill_all() {
+  if (version_ == CgroupSupport::Version::V2) {
+    for (const auto& dir : dirs_) write_file(dir / "cgroup.kill", "1");
+  }
+  // v1 has no cgroup.kill; also the fallback for v2 kernels older than 5.14.
+  for (int round = 0; round < 200; ++round) {
+    bool any = false;
+    for (const auto& file : procs_files_) {
+      std::ifstream in(file);
+      pid_t pid;
+      while (in >> pid) {
+        any = true;
+        ::kill(pid, SIGKILL);
+      }
+    }
+    if (!any) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  spdlog::warn("cgroup {}: processes still present after repeated SIGKILL", dirs_.empty() ? "" : dirs_[0].string());
+}
+
+std::optional<std::uint64_t> Cgroup::memory_usage() const {
+  for (const auto& dir : dirs_) {
+    for (const char* file : {"memory.current", "memory.usage_in_bytes"}) {
+      std::ifstream in(dir / file);
+      std::uint64_t value;
+      if (in >> value) return value;
+    }
+  }
+  return std::nullopt;
+}
+
+Cgroup::~Cgroup() {
+  kill_all();
+  for (const auto& dir : dirs_) {
+    // rmdir fails with EBUSY while the kernel is still tearing processes down.
+    for (int attempt = 0; attempt < 50 && rmdir(dir.c_str()) != 0 && errno == EBUSY; ++attempt)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,64 @@
+// Per-sandbox cgroups: memory, process count and CPU weight. Works with
+// cgroup v2 (one unified hierarchy; the server moves itself into a leaf so it
+// may delegate controllers) and with cgroup v1 (one hierarchy per controller,
+// as on this project's CI host). When the server may not create cgroups the
+// sandbox still starts, limited by the agent's rlimits only; `doctor` says so.
+#pragma once
+
+#include "sandbox/limits.h"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace agentbox::sandbox {
+
+struct CgroupSupport {
+  enum class Version { None, V1, V2 };
+  Version version = Version::None;
+  bool writable = false;
+  std::string detail;  // plain words: what was found, or what to change
+  // Directories under which sandbox cgroups are created: one per controller
+  // for v1 (memory, pids, cpu), a single one for v2.
+  std::vector<std::filesystem::path> parents;
+  bool has_memory = false;
+  bool has_pids = false;
+
+  std::string version_name() const;
+};
+
+// Looks at /proc/self/cgroup and /proc/self/mountinfo and tries to create the
+// "agentbox" parent groups. Safe to call more than once.
+CgroupSupport detect_cgroups();
+
+// One sandbox's cgroup(s). Destroying it kills what is left inside and
+// removes the directories.
+class Cgroup {
+ public:
+  // Creates <parent>/<name> in every hierarchy and writes the limits.
+  // Returns nullopt (and sets why) when that is not possible.
+  static std::unique_ptr<Cgroup> create(const CgroupSupport& support, const std::string& name,
+                                        const Limits& limits, std::string& why);
+  ~Cgroup();
+  Cgroup(const Cgroup&) = delete;
+  Cgroup& operator=(const Cgroup&) = delete;
+
+  // The cgroup.procs files a new process must write its pid to (in order)
+  // before it execs; see AgentClient.
+  const std::vector<std::string>& procs_files() const { return procs_files_; }
+  bool limits_memory() const { return memory_; }
+  // SIGKILLs every process in the group until it is empty.
+  void kill_all();
+  std::optional<std::uint64_t> memory_usage() const;
+
+ private:
+  Cgroup() = default;
+  std::vector<std::filesystem::path> dirs_;
+  std::vector<std::string> procs_files_;
+  CgroupSupport::Version version_ = CgroupSupport::Version::None;
+  bool memory_ = false;
+};
+
+}  // namespace agentbox::sandbox
