@@ -36,6 +36,9 @@ Call::~Call() {
     rpc_log()->error("{}({}) was dropped without a reply; answering with an internal error", method(), id().dump());
     finish(rpc::make_error(id(), {rpc::ErrorCode::InternalError, "internal error: the request was dropped", nullptr}),
            "dropped");
+  } else if (!answered) {
+    // Cancelled and dropped: no reply is due, but the id is no longer in flight.
+    dispatcher_.forget(*this);
   }
 }
 
@@ -53,6 +56,13 @@ void Call::finish(json message, const char* outcome) {
     return;
   }
   replied_ = true;
+  // Counted until the answer is sent, so shutdown() waits for it; the id is
+  // freed first so that a host reusing it after the answer is not refused.
+  dispatcher_.finishing(+1);
+  struct Finished {
+    Dispatcher& dispatcher;
+    ~Finished() { dispatcher.finishing(-1); }
+  } finished{dispatcher_};
   dispatcher_.forget(*this);
   auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
   if (cancelled()) {
@@ -272,6 +282,13 @@ void Dispatcher::forget(const Call& call) {
     auto current = it->second.lock();
     if (!current || current.get() == &call) calls_.erase(it);
   }
+  if (calls_.empty() && finishing_ == 0) calls_idle_.notify_all();
+}
+
+void Dispatcher::finishing(int delta) {
+  std::lock_guard lock(calls_mutex_);
+  finishing_ += delta;
+  if (calls_.empty() && finishing_ == 0) calls_idle_.notify_all();
 }
 
 std::size_t Dispatcher::in_flight() const {
@@ -290,6 +307,10 @@ void Dispatcher::shutdown() {
   for (auto& call : live) call->cancel("server shutting down");
   live.clear();
   pool_.join();
+  std::unique_lock lock(calls_mutex_);
+  if (!calls_.empty() || finishing_ > 0)
+    rpc_log()->info("waiting for {} cancelled calls to finish", calls_.size() + finishing_);
+  calls_idle_.wait(lock, [this] { return calls_.empty() && finishing_ == 0; });
 }
 
 }  // namespace agentbox::server

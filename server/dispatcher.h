@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -106,8 +107,9 @@ class Dispatcher {
   // Sends a notification to the host (progress, log messages).
   void notify(std::string_view method, const json& params);
 
-  // Cancels every call in flight (their replies are suppressed) and waits for
-  // the worker pool to drain.
+  // Cancels every call in flight (their replies are suppressed), waits for
+  // the worker pool to drain and for every call to be answered or dropped
+  // (tools may answer from threads of their own, which must not outlive this).
   void shutdown();
 
   std::size_t in_flight() const;
@@ -125,6 +127,7 @@ class Dispatcher {
   void handle_cancelled(const json& params);
   void send(const json& message);
   void forget(const Call& call);
+  void finishing(int delta);
   void run_handler(const Route& route, std::shared_ptr<Call> call);
 
   Output& output_;
@@ -136,6 +139,8 @@ class Dispatcher {
   std::atomic<bool> stopping_{false};
   mutable std::mutex calls_mutex_;
   std::map<std::string, std::weak_ptr<Call>> calls_;  // key: serialized id
+  int finishing_ = 0;  // calls between leaving calls_ and sending their answer
+  std::condition_variable calls_idle_;  // calls_ empty and finishing_ zero
 };
 
 }  // namespace agentbox::server

@@ -37,8 +37,15 @@ std::optional<std::string> match_placeholder(const std::string& p, const json& a
   else if (p == "array") matched = actual.is_array();
   else if (p == "null") matched = actual.is_null();
   else if (p == "iso8601") matched = actual.is_string() && std::regex_match(actual.get<std::string>(), iso8601());
-  else if (p.rfind("re:", 0) == 0)
-    matched = actual.is_string() && std::regex_search(actual.get<std::string>(), std::regex(p.substr(3)));
+  else if (p.rfind("re:", 0) == 0) {
+    std::regex re;
+    try {
+      re = std::regex(p.substr(3));
+    } catch (const std::regex_error& e) {
+      return path + ": bad regular expression in " + expect + ": " + e.what();
+    }
+    matched = actual.is_string() && std::regex_search(actual.get<std::string>(), re);
+  }
   else if (p.rfind("contains:", 0) == 0)
     matched = actual.is_string() && actual.get<std::string>().find(p.substr(9)) != std::string::npos;
   else if (p.rfind("capture:", 0) == 0) {
@@ -150,32 +157,38 @@ Transcript parse_transcript(const std::string& text) {
     if (first == std::string::npos || line[first] == '#') continue;
     json entry = json::parse(line, nullptr, false);
     if (entry.is_discarded() || !entry.is_object()) fail("not a JSON object");
-    using Kind = TranscriptStep::Kind;
-    auto ms = [&](const char* key) { return entry.value(key, 2000LL); };
-    if (entry.contains("server_args")) {
-      for (const auto& arg : entry["server_args"]) out.server_args.push_back(arg.get<std::string>());
-      if (entry.contains("env"))
-        for (const auto& [k, v] : entry["env"].items()) out.env[k] = v.get<std::string>();
-    } else if (entry.contains("in")) {
-      out.steps.push_back({Kind::Send, entry["in"], 0, number});
-    } else if (entry.contains("in_raw")) {
-      if (!entry["in_raw"].is_string()) fail("in_raw must be a string");
-      out.steps.push_back({Kind::SendRaw, entry["in_raw"], 0, number});
-    } else if (entry.contains("in_oversized")) {
-      out.steps.push_back({Kind::SendOversized, entry["in_oversized"], 0, number});
-    } else if (entry.contains("out")) {
-      out.steps.push_back({Kind::Expect, entry["out"], 0, number});
-    } else if (entry.contains("expect_silence_ms")) {
-      out.steps.push_back({Kind::Silence, nullptr, entry["expect_silence_ms"].get<long long>(), number});
-    } else if (entry.contains("sleep_ms")) {
-      out.steps.push_back({Kind::Sleep, nullptr, entry["sleep_ms"].get<long long>(), number});
-    } else if (entry.contains("close_stdin")) {
-      out.steps.push_back({Kind::CloseInput, nullptr, ms("expect_exit_within_ms"), number});
-    } else if (entry.contains("signal")) {
-      out.steps.push_back({Kind::Signal, entry["signal"], ms("expect_exit_within_ms"), number});
-    } else {
-      fail("unknown entry (expected in, in_raw, in_oversized, out, expect_silence_ms, sleep_ms, close_stdin, "
-           "signal or server_args)");
+    // A value of the wrong type (a string for sleep_ms, ...) is a mistake on
+    // this line too, not an error without a line number.
+    try {
+      using Kind = TranscriptStep::Kind;
+      auto ms = [&](const char* key) { return entry.value(key, 2000LL); };
+      if (entry.contains("server_args")) {
+        for (const auto& arg : entry["server_args"]) out.server_args.push_back(arg.get<std::string>());
+        if (entry.contains("env"))
+          for (const auto& [k, v] : entry["env"].items()) out.env[k] = v.get<std::string>();
+      } else if (entry.contains("in")) {
+        out.steps.push_back({Kind::Send, entry["in"], 0, number});
+      } else if (entry.contains("in_raw")) {
+        if (!entry["in_raw"].is_string()) fail("in_raw must be a string");
+        out.steps.push_back({Kind::SendRaw, entry["in_raw"], 0, number});
+      } else if (entry.contains("in_oversized")) {
+        out.steps.push_back({Kind::SendOversized, entry["in_oversized"], 0, number});
+      } else if (entry.contains("out")) {
+        out.steps.push_back({Kind::Expect, entry["out"], 0, number});
+      } else if (entry.contains("expect_silence_ms")) {
+        out.steps.push_back({Kind::Silence, nullptr, entry["expect_silence_ms"].get<long long>(), number});
+      } else if (entry.contains("sleep_ms")) {
+        out.steps.push_back({Kind::Sleep, nullptr, entry["sleep_ms"].get<long long>(), number});
+      } else if (entry.contains("close_stdin")) {
+        out.steps.push_back({Kind::CloseInput, nullptr, ms("expect_exit_within_ms"), number});
+      } else if (entry.contains("signal")) {
+        out.steps.push_back({Kind::Signal, entry["signal"], ms("expect_exit_within_ms"), number});
+      } else {
+        fail("unknown entry (expected in, in_raw, in_oversized, out, expect_silence_ms, sleep_ms, close_stdin, "
+             "signal or server_args)");
+      }
+    } catch (const json::exception& e) {
+      fail(std::string("bad value: ") + e.what());
     }
   }
   return out;
