@@ -2,11 +2,17 @@
 
 namespace agentbox::tools {
 
-void register_sandbox_tools(Registry& registry);
+void register_sandbox_tools(Registry& registry, const Services& services);
+void register_exec_tool(Registry& registry, const Services& services);
+void register_session_tools(Registry& registry, const Services& services);
+void register_process_tools(Registry& registry, const Services& services);
 void register_debug_tools(Registry& registry);
 
 void register_all(Registry& registry, const Services& services) {
-  register_sandbox_tools(registry);
+  register_sandbox_tools(registry, services);
+  register_exec_tool(registry, services);
+  register_session_tools(registry, services);
+  register_process_tools(registry, services);
   if (services.test_tools) register_debug_tools(registry);
 }
 

@@ -1,0 +1,44 @@
+// The exec tool: one command in a session of the conversation's sandbox.
+// The agent enforces the timeout and kills the command's tree; the server
+// waits a little longer than that before it gives up on the agent itself.
+#include "tools/sandbox_call.h"
+
+namespace agentbox::tools {
+
+namespace {
+
+constexpr std::chrono::seconds kAgentSlack{30};
+
+std::string exec_text(const json& r) {
+  std::string text = r.value("stdout", "");
+  std::string err = r.value("stderr", "");
+  if (!err.empty()) {
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += "[stderr]\n" + err;
+  }
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  text += "[exit code " + std::to_string(r.value("exit_code", -1));
+  if (r.contains("signal")) text += " (" + r["signal"].get<std::string>() + ")";
+  if (r.value("timed_out", false)) text += ", timed out";
+  text += ", " + std::to_string(r.value("duration_ms", 0)) + " ms]";
+  if (r.contains("notice")) text += "\n" + r["notice"].get<std::string>();
+  return text;
+}
+
+}  // namespace
+
+void register_exec_tool(Registry& registry, const Services& services) {
+  registry.add("exec", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
+    sandbox::Manager* manager = manager_or_reply(services, reply);
+    if (!manager) return;
+    const auto& limits = manager->options().limits;
+    auto timeout = std::chrono::milliseconds(args.value("timeout_ms", static_cast<std::int64_t>(limits.default_timeout.count())));
+    timeout = std::clamp(timeout, std::chrono::milliseconds(1), limits.max_timeout);
+    AgentCall call{"exec", agent_params(args), timeout + kAgentSlack, true};
+    call.params["timeout_ms"] = timeout.count();
+    call.params["stream"] = true;
+    call_agent(services, context, reply, std::move(call), [](const json& r) { return ToolResult::ok(r, exec_text(r)); });
+  });
+}
+
+}  // namespace agentbox::tools

@@ -1,0 +1,69 @@
+// Background processes: process_start, process_list, process_output,
+// process_wait, process_kill, process_write (agent side in
+// sandbox/agent_processes.h). Waiting calls get server-side timeouts a little
+// longer than their own wait.
+#include "tools/sandbox_call.h"
+
+namespace agentbox::tools {
+
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kSlack{30'000};
+
+std::string status_line(const json& r) {
+  std::string text = r.value("process_id", "") + ": " + r.value("status", "");
+  if (r.contains("exit_code") && !r["exit_code"].is_null()) text += " (exit code " + std::to_string(r["exit_code"].get<int>()) + ")";
+  if (r.contains("signal")) text += " by " + r["signal"].get<std::string>();
+  return text;
+}
+
+std::string output_text(const json& r) {
+  std::string text = r.value("stdout", "");
+  if (!r.value("stderr", "").empty()) text += (text.empty() || text.back() == '\n' ? "" : "\n") + std::string("[stderr]\n") + r.value("stderr", "");
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  text += "[" + r.value("status", "") + ", next_offset " + std::to_string(r.value("next_offset", 0)) +
+          ", stderr_next_offset " + std::to_string(r.value("stderr_next_offset", 0)) + "]";
+  return text;
+}
+
+void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method,
+          std::function<milliseconds(const json&)> timeout, Formatter format) {
+  registry.add(tool, [services, method, timeout, format](const json& args, std::shared_ptr<CallContext> context,
+                                                          ToolReply reply) {
+    call_agent(services, context, reply, {method, agent_params(args), timeout(args)}, format);
+  });
+}
+
+milliseconds fixed(const json&) { return milliseconds(60'000); }
+
+}  // namespace
+
+void register_process_tools(Registry& registry, const Services& services) {
+  bind_tool(registry, services, "process_start", "process.start", fixed, [](const json& r) {
+    return ToolResult::ok(r, "Started " + r.value("process_id", "") + " (pid " + std::to_string(r.value("pid", 0)) + ")");
+  });
+  bind_tool(registry, services, "process_list", "process.list", fixed, [](const json& r) {
+    std::string text;
+    for (const auto& p : r["processes"]) text += status_line(p) + "  " + p.value("command", "") + "\n";
+    return ToolResult::ok(r, text.empty() ? "No background processes." : text);
+  });
+  bind_tool(registry, services, "process_output", "process.output",
+       [](const json& a) { return milliseconds(a.value("wait_ms", 0)) + kSlack; },
+       [](const json& r) { return ToolResult::ok(r, output_text(r)); });
+  bind_tool(registry, services, "process_wait", "process.wait",
+       [](const json& a) { return milliseconds(a.value("timeout_ms", 30'000)) + kSlack; },
+       [](const json& r) {
+         std::string text = status_line(r);
+         if (r.value("timed_out", false)) text += " — still running after the timeout";
+         if (r.value("port_ready", false)) text += " — port is accepting connections";
+         return ToolResult::ok(r, text);
+       });
+  bind_tool(registry, services, "process_kill", "process.kill", fixed,
+       [](const json& r) { return ToolResult::ok(r, status_line(r)); });
+  bind_tool(registry, services, "process_write", "process.write", fixed, [](const json& r) {
+    return ToolResult::ok(r, "Wrote " + std::to_string(r.value("bytes_written", 0)) + " bytes");
+  });
+}
+
+}  // namespace agentbox::tools

@@ -1,0 +1,62 @@
+#include "tools/sandbox_call.h"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+namespace agentbox::tools {
+
+using sandbox::SandboxError;
+
+json agent_params(const json& arguments) {
+  json params = arguments.is_object() ? arguments : json::object();
+  params.erase("conversation");
+  return params;
+}
+
+ToolResult error_result(const SandboxError& error) { return ToolResult::error(error.code(), error.what()); }
+
+sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
+  if (!services.sandboxes)
+    reply(ToolResult::error("SANDBOX_UNAVAILABLE", "this server was started without sandbox support"));
+  return services.sandboxes;
+}
+
+void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
+                Formatter format) {
+  sandbox::Manager* manager = manager_or_reply(services, reply);
+  if (!manager) return;
+  std::thread([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
+    std::shared_ptr<sandbox::Lease> lease;
+    try {
+      lease = std::make_shared<sandbox::Lease>(manager->acquire(context->conversation()));
+    } catch (const SandboxError& e) {
+      reply(error_result(e));
+      return;
+    }
+    auto client = lease->sandbox().client();
+    sandbox::AgentClient::NoteSink notes;
+    if (call.progress) {
+      notes = [context](const std::string& method, const json& params) {
+        if (method != "output") return;
+        context->progress(params.value("bytes", 0.0), std::nullopt, params.value("data", ""));
+      };
+    }
+    auto done = [lease, reply, format](sandbox::AgentClient::Outcome outcome) {
+      if (outcome.error) {
+        reply(error_result(*outcome.error));
+        return;
+      }
+      ToolResult result = format(outcome.result);
+      if (!lease->notice().empty() && !result.is_error) {
+        result.structured["notice"] = lease->notice();
+        result.text = "Note: " + lease->notice() + "\n" + result.text;
+      }
+      reply(std::move(result));
+    };
+    std::uint64_t id = client->call_async(call.method, std::move(call.params), call.timeout, done, notes);
+    context->on_cancel([client, id] { client->cancel(id); });
+  }).detach();
+}
+
+}  // namespace agentbox::tools

@@ -1,0 +1,39 @@
+// How a tool reaches the conversation's sandbox: on a thread of its own (a
+// sandbox may have to start, which takes tens of milliseconds), lease the
+// sandbox from the manager, call the agent, and turn the outcome into a
+// ToolResult. Sandbox errors become error results carrying their code
+// (DESIGN.md section 8); a restart notice is passed on to the model.
+#pragma once
+
+#include "sandbox/manager.h"
+#include "tools/register.h"
+
+#include <chrono>
+#include <functional>
+
+namespace agentbox::tools {
+
+// Builds the tool result from the agent's result object.
+using Formatter = std::function<ToolResult(const json& result)>;
+
+struct AgentCall {
+  std::string method;
+  json params;                                 // the tool arguments minus "conversation"
+  std::chrono::milliseconds timeout{60'000};   // how long the server waits for the agent
+  // Streams agent notifications (exec output) to the caller as progress.
+  bool progress = false;
+};
+
+// Runs call in the caller's sandbox and replies with format(result).
+void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
+                Formatter format);
+
+// The tool arguments the agent takes: everything but "conversation".
+json agent_params(const json& arguments);
+
+ToolResult error_result(const sandbox::SandboxError& error);
+
+// Manager or a SANDBOX_UNAVAILABLE error result.
+sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply);
+
+}  // namespace agentbox::tools
