@@ -1,0 +1,179 @@
+#include "sandbox/doctor.h"
+
+#include "sandbox/cgroups.h"
+#include "sandbox/errors.h"
+#include "sandbox/manager.h"
+#include "sandbox/seccomp.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace agentbox::sandbox {
+
+namespace fs = std::filesystem;
+using Level = DoctorCheck::Level;
+
+namespace {
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Runs argv (as the sandbox user when root), returns exit status and stderr.
+int run_capture(std::vector<std::string> argv, std::string& err_text) {
+  int err[2];
+  if (pipe(err) != 0) return -1;
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], 2);
+    int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    if (geteuid() == 0 && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(126);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(err[1]);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(err[0], buf, sizeof buf)) > 0) err_text.append(buf, static_cast<std::size_t>(n));
+  close(err[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+DoctorCheck check_bwrap(const DoctorOptions& o) {
+  if (access(o.bwrap.c_str(), X_OK) != 0)
+    return {"bubblewrap", Level::Fail, o.bwrap + " not found: install the 'bubblewrap' package (apt install bubblewrap)"};
+  std::string err;
+  int rc = run_capture({o.bwrap, "--version"}, err);
+  return {"bubblewrap", rc == 0 ? Level::Ok : Level::Fail, rc == 0 ? o.bwrap : "bwrap --version failed: " + err};
+}
+
+DoctorCheck check_userns(const DoctorOptions& o) {
+  std::string clone = read_first_line("/proc/sys/kernel/unprivileged_userns_clone");
+  if (clone == "0")
+    return {"user namespaces", Level::Fail,
+            "disabled: set sysctl kernel.unprivileged_userns_clone=1 (e.g. in /etc/sysctl.d/50-agentbox.conf)"};
+  if (read_first_line("/proc/sys/user/max_user_namespaces") == "0")
+    return {"user namespaces", Level::Fail, "user.max_user_namespaces is 0: set it to 10000 or more with sysctl"};
+  std::string err;
+  int rc = run_capture({o.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc",
+                        "/proc", "--dev", "/dev", "/bin/true"},
+                       err);
+  if (rc == 0)
+    return {"user namespaces", Level::Ok,
+            geteuid() == 0 ? "an unprivileged user can create them (sandboxes run as uid 65534 on the host)"
+                           : "this user can create them"};
+  std::string hint;
+  if (read_first_line("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
+    hint = " AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): set sysctl "
+           "kernel.apparmor_restrict_unprivileged_userns=0 or add an AppArmor profile allowing userns for bwrap.";
+  else if (fs::exists("/.dockerenv") || fs::exists("/run/.containerenv"))
+    hint = " This looks like a container: allow user namespaces (e.g. docker run --security-opt seccomp=unconfined "
+           "--security-opt apparmor=unconfined) or run agentbox on the host.";
+  return {"user namespaces", Level::Fail, "bwrap cannot create a user namespace: " + err + "." + hint};
+}
+
+DoctorCheck check_cgroups() {
+  CgroupSupport s = detect_cgroups();
+  if (s.writable) return {"cgroups", Level::Ok, s.detail + "; memory, process and CPU limits per sandbox"};
+  return {"cgroups", Level::Warn,
+          s.detail + ". Sandboxes still run, limited by rlimits only (per-process memory, a process count per "
+                     "sandbox); a memory bomb can then use the host's memory up to those limits."};
+}
+
+DoctorCheck check_seccomp() {
+  std::string why;
+  if (seccomp_usable(why)) return {"seccomp", Level::Ok, "filter loads and refuses keyctl"};
+  return {"seccomp", Level::Fail, why};
+}
+
+DoctorCheck check_state_dir(const DoctorOptions& o) {
+  if (o.state_dir.empty()) return {"state directory", Level::Ok, "not given (use --state-dir to check one)"};
+  std::error_code ec;
+  fs::create_directories(o.state_dir, ec);
+  if (ec) return {"state directory", Level::Fail, "cannot create " + o.state_dir + ": " + ec.message()};
+  fs::path probe = fs::path(o.state_dir) / ".doctor-probe";
+  std::ofstream(probe) << "ok";
+  bool ok = fs::exists(probe);
+  fs::remove(probe, ec);
+  return {"state directory", ok ? Level::Ok : Level::Fail,
+          ok ? o.state_dir + " is writable" : o.state_dir + " is not writable by this user"};
+}
+
+DoctorCheck check_sandbox(const DoctorOptions& o) {
+  char tmpl[] = "/tmp/agentbox-doctor-XXXXXX";
+  if (!mkdtemp(tmpl)) return {"sandbox", Level::Fail, errno_message("mkdtemp", errno)};
+  DoctorCheck check{"sandbox", Level::Ok, ""};
+  try {
+    ManagerOptions mo;
+    mo.state_dir = tmpl;
+    mo.bwrap = o.bwrap;
+    mo.agent_args = o.agent_args;
+    Manager manager(mo);
+    Lease lease = manager.acquire("doctor");
+    json r = lease.agent().call("exec", {{"command", "id -u; grep -qs root: /etc/shadow && echo shadow"}, {"timeout_ms", 10000}},
+                                std::chrono::seconds(20));
+    std::string out = r.value("stdout", "");
+    if (out.find("shadow") != std::string::npos) check = {"sandbox", Level::Fail, "the host's /etc/shadow is readable inside the sandbox"};
+    else check.detail = "started a sandbox and ran a command in it (uid inside: " + out.substr(0, out.find('\n')) + ")";
+  } catch (const std::exception& e) {
+    check = {"sandbox", Level::Fail, e.what()};
+  }
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+  return check;
+}
+
+}  // namespace
+
+std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
+  std::vector<DoctorCheck> checks = {check_bwrap(o)};
+  if (checks[0].level != Level::Fail) checks.push_back(check_userns(o));
+  checks.push_back(check_cgroups());
+  checks.push_back(check_seccomp());
+  checks.push_back(check_state_dir(o));
+  bool blocked = false;
+  for (const auto& c : checks) blocked |= c.level == Level::Fail;
+  if (o.start_sandbox && !blocked) checks.push_back(check_sandbox(o));
+  return checks;
+}
+
+int doctor_main(int argc, char** argv) {
+  DoctorOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "doctor") continue;
+    if (arg == "--state-dir" && i + 1 < argc) o.state_dir = argv[++i];
+    else if (arg == "--bwrap" && i + 1 < argc) o.bwrap = argv[++i];
+    else if (arg == "--no-sandbox") o.start_sandbox = false;
+    else {
+      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--no-sandbox]\n";
+      return 2;
+    }
+  }
+  bool ok = true;
+  for (const auto& c : run_doctor(o)) {
+    const char* tag = c.level == Level::Ok ? "ok  " : c.level == Level::Warn ? "warn" : "FAIL";
+    std::cout << tag << "  " << c.name << ": " << c.detail << "\n";
+    ok &= c.level != Level::Fail;
+  }
+  std::cout << (ok ? "agentbox can run sandboxes on this host.\n" : "agentbox cannot run sandboxes until the FAIL lines are fixed.\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,30 @@
+// `agentbox doctor`: checks what this host allows (bubblewrap, user
+// namespaces, cgroups, seccomp, the state directory), then starts a real
+// sandbox and runs a command in it. Each check prints ok / warn / FAIL with
+// plain words on what to change. Exit status 0 when sandboxes can run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace agentbox::sandbox {
+
+struct DoctorCheck {
+  std::string name;
+  enum class Level { Ok, Warn, Fail } level = Level::Ok;
+  std::string detail;
+};
+
+struct DoctorOptions {
+  std::string bwrap = "/usr/bin/bwrap";
+  std::string state_dir;   // empty: not checked
+  bool start_sandbox = true;
+  std::vector<std::string> agent_args = {"agent"};  // how this binary runs the agent
+};
+
+std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);
+
+// argv: [--state-dir DIR] [--bwrap PATH] [--no-sandbox]
+int doctor_main(int argc, char** argv);
+
+}  // namespace agentbox::sandbox
