@@ -421,12 +421,15 @@ TEST_CASE_METHOD(Fixture, "pooled handlers run off the reader thread, concurrent
     cv.notify_all();
     // Serial handlers would each wait out the timeout alone and see 1.
     bool met = cv.wait_for(lock, 2s, [&] { return started >= 2; });
+    lock.unlock();
     call->reply(json{{"met", met}, {"off_reader", std::this_thread::get_id() != reader}});
   }, Dispatcher::Gate::Open, Dispatcher::Run::Pooled);
 
   send(request(1, "meet"));
   send(request(2, "meet"));
   auto messages = output.wait_for(2);
+  // The handlers use this test's locals until they return.
+  dispatcher.shutdown();
   REQUIRE(messages.size() == 2);
   for (const auto& message : messages) CHECK(message["result"] == json{{"met", true}, {"off_reader", true}});
 }
@@ -458,17 +461,17 @@ TEST_CASE("shutdown waits for calls still held by tool threads", "[dispatcher]")
   RecordingOutput output;
   std::thread worker;
   std::atomic<bool> spawned{false};
-  std::atomic<bool> answered{false};
+  std::atomic<bool> answering{false};
   {
     Dispatcher dispatcher(output, {.workers = 1});
     dispatcher.on_request("async", Dispatcher::Run::Pooled, Dispatcher::Gate::Open, [&](std::shared_ptr<Call> call) {
       auto cancelled = std::make_shared<std::atomic<bool>>(false);
       call->on_cancel([cancelled] { cancelled->store(true); });
-      worker = std::thread([call = std::move(call), cancelled, &answered]() mutable {
+      worker = std::thread([call = std::move(call), cancelled, &answering]() mutable {
         while (!cancelled->load()) std::this_thread::sleep_for(1ms);
         std::this_thread::sleep_for(50ms);
+        answering = true;
         call->reply(json::object());
-        answered = true;
         call.reset();
       });
       spawned = true;
@@ -476,7 +479,8 @@ TEST_CASE("shutdown waits for calls still held by tool threads", "[dispatcher]")
     dispatcher.handle_line(rpc::serialize(request(1, "async")));
     while (!spawned) std::this_thread::sleep_for(1ms);
     dispatcher.shutdown();
-    CHECK(answered);
+    CHECK(answering);
+    CHECK(dispatcher.in_flight() == 0);
   }
   worker.join();
   CHECK(output.messages().empty());
