@@ -162,7 +162,7 @@ void AgentClient::reader_main(LaunchSpec spec) {
     if (WIFSIGNALED(status)) reason = "killed by " + std::string(strsignal(WTERMSIG(status)));
     else reason = "exit status " + std::to_string(WEXITSTATUS(status));
     if (!stderr_tail_.empty()) reason += "; last message: " + stderr_tail_.back();
-    death_reason_ = stopping_ ? "the sandbox was stopped" : "the sandbox's agent exited unexpectedly (" + reason + ")";
+    death_reason_ = stopping_ ? "it was stopped by the server" : "the sandbox's agent exited unexpectedly (" + reason + ")";
     changed_.notify_all();
   }
   if (!stopping_) spdlog::warn("sandbox {}: {}", name_, death_reason_);
@@ -270,6 +270,11 @@ void AgentClient::cancel(std::uint64_t id) { send(rpc::make_notification("cancel
 bool AgentClient::alive() const {
   std::lock_guard lock(mutex_);
   return !dead_ && !stopping_;
+}
+
+bool AgentClient::stopped() const {
+  std::lock_guard lock(mutex_);
+  return stopping_;
 }
 
 std::string AgentClient::death_reason() const {

@@ -63,6 +63,8 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   void cancel(std::uint64_t id);
 
   bool alive() const;
+  // True once stop() was called (a teardown, not a crash).
+  bool stopped() const;
   std::string death_reason() const;
   pid_t pid() const { return pid_; }
   // Closes the agent's stdin (it kills everything and exits), then kills bwrap

@@ -322,9 +322,11 @@ json Sessions::exec(AgentRequest& request) {
     std::uint64_t one = 1;
     (void)!::write(cancel_fd, &one, sizeof one);
   });
-  if (rpc::write_all(s->control_fd, line) != 0) run.shell_died = true;
+  // A write error means the shell is gone; its status pipe then says how it ended.
+  rpc::write_all(s->control_fd, line);
 
   auto deadline = run.started + timeout;
+  bool report_open = true;
   while (!run.reported && !run.shell_died) {
     auto now = Clock::now();
     if (now >= deadline) {
@@ -333,9 +335,12 @@ json Sessions::exec(AgentRequest& request) {
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     if (run.stream) wait = std::min<std::chrono::milliseconds>(wait, kStreamInterval);
-    pollfd fds[4] = {{s->report_fd, POLLIN, 0}, {run.out_fd, POLLIN, 0}, {run.err_fd, POLLIN, 0},
-                     {run.cancel_fd, POLLIN, 0}};
-    int ready = poll(fds, 4, static_cast<int>(wait.count()) + 1);
+    // The shell's end is watched on the reaper's status pipe, not on EOF of
+    // the report pipe: after `exec prog` the command still runs though the
+    // shell (and its report pipe) is gone.
+    pollfd fds[5] = {{report_open ? s->report_fd : -1, POLLIN, 0}, {run.out_fd, POLLIN, 0}, {run.err_fd, POLLIN, 0},
+                     {run.cancel_fd, POLLIN, 0}, {s->shell.status_fd, POLLIN, 0}};
+    int ready = poll(fds, 5, static_cast<int>(wait.count()) + 1);
     if (ready < 0 && errno != EINTR) break;
     if (fds[1].revents) pump(run.out_fd, run.out, run.stream ? &run.pending_out : nullptr, 1 << 20);
     if (fds[2].revents) pump(run.err_fd, run.err, run.stream ? &run.pending_err : nullptr, 1 << 20);
@@ -350,7 +355,16 @@ json Sessions::exec(AgentRequest& request) {
         run.report.append(buf, static_cast<std::size_t>(got));
         run.reported = std::count(run.report.begin(), run.report.end(), '\0') >= 2;
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        run.shell_died = true;
+        report_open = false;
+      }
+    }
+    if (fds[4].revents && !run.reported) {
+      int status = read_wait_status(s->shell.status_fd);
+      run.shell_died = true;
+      if (status >= 0 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+      if (status >= 0 && WIFSIGNALED(status)) {
+        run.exit_code = 128 + WTERMSIG(status);
+        run.signal = signal_name(WTERMSIG(status));
       }
     }
     if (run.stream && Clock::now() - run.last_flush >= kStreamInterval) {
@@ -366,16 +380,8 @@ json Sessions::finish(Session& s, Run& run, AgentRequest& request) {
   bool killed = run.timed_out || run.cancelled;
   if (killed) kill_tree(s.shell.reaper);
   if (run.shell_died || killed) {
-    // The shell is gone (or killed on purpose): collect how it ended, drop
-    // the rest of its tree, and let the next command start a fresh one.
-    if (!killed) {
-      int status = read_wait_status(s.shell.status_fd);
-      if (status >= 0 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-      if (status >= 0 && WIFSIGNALED(status)) {
-        run.exit_code = 128 + WTERMSIG(status);
-        run.signal = signal_name(WTERMSIG(status));
-      }
-    }
+    // The shell is gone (or killed on purpose): drop the rest of its tree
+    // and let the next command start a fresh one.
     stop_shell(s);
   } else {
     std::size_t nul = run.report.find('\0');

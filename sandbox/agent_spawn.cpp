@@ -83,7 +83,9 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
                                      : errno_message("fork", err));
   }
   if (reaper == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the agent is gone: so is every tree
+    // No PR_SET_PDEATHSIG here: it fires when the forking *thread* ends, and
+    // request threads are short-lived. If the agent dies, bwrap's init exits
+    // and the kernel kills the whole pid namespace anyway.
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     setsid();
     sigset_t none;

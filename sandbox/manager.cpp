@@ -42,7 +42,8 @@ bool reachable_by_others(const fs::path& path) {
 
 std::string Sandbox::state() const {
   std::lock_guard lock(mutex_);
-  return client_ && client_->alive() ? "active" : "failed";
+  if (client_ && client_->alive()) return "active";
+  return client_ && !client_->stopped() ? "failed" : "stopped";
 }
 
 std::shared_ptr<AgentClient> Sandbox::client() const {

@@ -39,7 +39,8 @@ class Sandbox {
   const std::string& id() const { return id_; }
   const std::string& conversation() const { return conversation_; }
   const SandboxDirs& dirs() const { return dirs_; }
-  // "active" or "failed" (DESIGN.md section 8 vocabulary).
+  // "active", "stopped" (torn down by the server) or "failed" (the agent
+  // died); DESIGN.md section 8 vocabulary.
   std::string state() const;
   std::shared_ptr<AgentClient> client() const;
   // Bytes under /workspace (walks the tree).

@@ -1,0 +1,109 @@
+// Limits: a fork bomb, a memory bomb and an output flood stay inside their
+// sandbox; an agent that dies is restarted with a notice; the number of
+// running sandboxes is capped with LRU teardown.
+#include "fixture.h"
+
+#include <csignal>
+#include <future>
+#include <sys/resource.h>
+
+using namespace agentbox::sandbox;
+using namespace agentbox::sandbox::test;
+
+namespace {
+
+ManagerOptions small_limits() {
+  ManagerOptions o;
+  o.limits.max_processes = 64;
+  o.limits.memory_bytes = 256ull << 20;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a fork bomb is contained and the other sandbox carries on") {
+  SandboxFixture f(small_limits());
+  f.exec("true", {}, "neighbour");
+  auto bomb = std::async(std::launch::async, [&] {
+    return f.exec("bomb() { bomb | bomb & }; bomb; sleep 60", {{"timeout_ms", 4000}}, "bomber");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  auto start = std::chrono::steady_clock::now();
+  auto neighbour = f.exec("echo fine", {}, "neighbour");
+  CHECK(neighbour["stdout"] == "fine\n");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(3));
+  auto r = bomb.get();
+  CHECK(r["timed_out"] == true);
+  auto after = f.exec("echo recovered; ps -e --no-headers | wc -l", {}, "bomber");
+  CHECK(after["stdout"].get<std::string>().rfind("recovered\n", 0) == 0);
+  CHECK(std::stoi(after["stdout"].get<std::string>().substr(10)) < 10);
+}
+
+TEST_CASE("a memory bomb is stopped inside its sandbox") {
+  SandboxFixture f(small_limits());
+  if (!f.manager->cgroups().has_memory)
+    WARN("no memory cgroup here: the bomb is stopped by RLIMIT_DATA instead (" << f.manager->cgroups().detail << ")");
+  auto r = f.exec("python3 -c \"b=[]\nwhile True: b.append(bytearray(64<<20))\"; echo exit=$?", {{"timeout_ms", 60000}});
+  std::string out = r["stdout"];
+  CHECK(r["timed_out"] == false);
+  // Killed by the OOM killer (137) or refused with MemoryError (1), never finished.
+  bool stopped = out == "exit=137\n" || out == "exit=1\n";
+  CHECK(stopped);
+  CHECK(f.exec("echo still-here")["stdout"] == "still-here\n");
+  CHECK(f.exec("echo neighbour", {}, "other")["stdout"] == "neighbour\n");
+}
+
+TEST_CASE("a 1 GB stdout flood is capped and costs the server nothing") {
+  SandboxFixture f;
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  auto start = std::chrono::steady_clock::now();
+  auto r = f.exec("head -c 1000000000 /dev/zero | tr '\\0' y", {{"timeout_ms", 120000}});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  CHECK(r["exit_code"] == 0);
+  CHECK(r["truncated"] == true);
+  CHECK(r["stdout_bytes"] == 1000000000);
+  CHECK(r["stdout"].get<std::string>().size() < 31'000);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB: the test process did not buffer the flood
+  WARN("1 GB flood took " << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms");
+  CHECK(f.exec("echo ok")["stdout"] == "ok\n");
+}
+
+TEST_CASE("an agent that dies fails its calls, and the next call restarts the sandbox with a notice") {
+  SandboxFixture f;
+  f.exec("echo kept > /workspace/file.txt; export LOST=1");
+  auto sandbox = f.manager->find("test");
+  REQUIRE(sandbox);
+  auto client = sandbox->client();
+  {
+    Lease lease = f.manager->acquire("test");
+    std::promise<AgentClient::Outcome> done;
+    lease.agent().call_async("exec", {{"command", "sleep 30"}, {"timeout_ms", 60000}}, std::chrono::minutes(1),
+                             [&done](AgentClient::Outcome o) { done.set_value(std::move(o)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(client->pid(), SIGKILL);
+    auto outcome = done.get_future().get();
+    REQUIRE(outcome.error);
+    CHECK(outcome.error->code() == codes::kSandboxFailed);
+  }
+  CHECK(sandbox->state() == "failed");
+  Lease lease = f.manager->acquire("test");
+  CHECK(lease.notice().find("restarted") != std::string::npos);
+  auto r = lease.agent().call("exec", {{"command", "cat /workspace/file.txt; echo \"[$LOST]\""}}, std::chrono::seconds(20));
+  CHECK(r["stdout"] == "kept\n[]\n");
+}
+
+TEST_CASE("at most max_sandboxes run; the least recently used one is stopped") {
+  ManagerOptions o;
+  o.max_sandboxes = 2;
+  SandboxFixture f(o);
+  f.exec("true", {}, "one");
+  f.exec("true", {}, "two");
+  f.exec("true", {}, "one");  // "two" is now the least recently used
+  f.exec("true", {}, "three");
+  CHECK(f.manager->running() == 2);
+  CHECK(f.manager->find("two")->state() == "stopped");
+  CHECK(f.manager->find("one")->state() == "active");
+}

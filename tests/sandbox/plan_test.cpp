@@ -1,0 +1,158 @@
+// Unit tests of the pieces that need no sandbox: the bwrap plan as data, the
+// bounded output buffer, signal names, cgroup detection and the seccomp filter.
+#include "sandbox/agent_spawn.h"
+#include "sandbox/bwrap_plan.h"
+#include "sandbox/cgroups.h"
+#include "sandbox/output_buffer.h"
+#include "sandbox/seccomp.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <csignal>
+
+using namespace agentbox::sandbox;
+
+namespace {
+
+BwrapOptions sample() {
+  BwrapOptions o;
+  o.dirs.root = "/var/lib/agentbox/sandboxes/abc";
+  o.state_dir = "/var/lib/agentbox";
+  o.agent_binary = "/usr/local/bin/agentbox";
+  o.agent_args = {"agent", "--nproc", "512"};
+  return o;
+}
+
+bool has(const std::vector<std::string>& argv, const std::string& a) {
+  return std::find(argv.begin(), argv.end(), a) != argv.end();
+}
+
+// Whether argv has the sequence a b c.
+bool has_triple(const std::vector<std::string>& argv, const std::string& a, const std::string& b, const std::string& c) {
+  for (std::size_t i = 0; i + 2 < argv.size(); ++i)
+    if (argv[i] == a && argv[i + 1] == b && argv[i + 2] == c) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("bwrap plan isolates namespaces and drops privileges") {
+  auto argv = bwrap_argv(sample());
+  for (const char* flag : {"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+                           "--die-with-parent", "--new-session"})
+    CHECK(has(argv, flag));
+  CHECK(has_triple(argv, "--cap-drop", "ALL", "--ro-bind"));
+  CHECK(has_triple(argv, "--uid", "1000", "--gid"));
+  CHECK(argv.back() == "512");
+}
+
+TEST_CASE("bwrap plan keeps the network only with network_host") {
+  auto o = sample();
+  o.network_host = true;
+  CHECK_FALSE(has(bwrap_argv(o), "--unshare-net"));
+}
+
+TEST_CASE("bwrap plan binds the sandbox dirs and never host homes, /root or /run") {
+  auto argv = bwrap_argv(sample());
+  CHECK(has_triple(argv, "--bind", "/var/lib/agentbox/sandboxes/abc/workspace", "/workspace"));
+  CHECK(has_triple(argv, "--bind", "/var/lib/agentbox/sandboxes/abc/home", "/home/user"));
+  CHECK(has_triple(argv, "--bind", "/var/lib/agentbox/sandboxes/abc/tmp", "/tmp"));
+  CHECK(has_triple(argv, "--ro-bind", "/usr", "/usr"));
+  CHECK(has_triple(argv, "--proc", "/proc", "--dev"));
+  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] != "--bind" && argv[i] != "--ro-bind") continue;
+    const std::string& source = argv[i + 1];
+    CHECK(source.rfind("/home", 0) != 0);
+    CHECK(source.rfind("/root", 0) != 0);
+    CHECK(source.rfind("/run", 0) != 0);
+    CHECK(source != "/");
+  }
+  CHECK(has_triple(argv, "--tmpfs", "/run", "--perms"));
+}
+
+TEST_CASE("bwrap plan masks shadow files and hides a state dir under a bound directory") {
+  auto o = sample();
+  o.state_dir = "/opt/agentbox-state";
+  auto argv = bwrap_argv(o);
+  CHECK(has_triple(argv, "--ro-bind", "/var/lib/agentbox/sandboxes/abc/etc/empty", "/etc/shadow"));
+  CHECK(has_triple(argv, "--ro-bind", "/var/lib/agentbox/sandboxes/abc/etc/passwd", "/etc/passwd"));
+  CHECK(has_triple(argv, "--ro-bind", "/opt", "/opt"));
+  auto tmpfs = std::find(argv.begin(), argv.end(), "/opt/agentbox-state");
+  REQUIRE(tmpfs != argv.end());
+  CHECK(*(tmpfs - 1) == "--tmpfs");
+}
+
+TEST_CASE("printable_command quotes what a shell would split") {
+  CHECK(printable_command({"bwrap", "--setenv", "A", "x y", "it's"}) == "bwrap --setenv A 'x y' 'it'\\''s'");
+}
+
+TEST_CASE("output buffer keeps head and tail of a flood with exact offsets") {
+  OutputBuffer buffer(10, 20);
+  std::string all;
+  for (int i = 0; i < 1000; ++i) {
+    std::string piece = std::to_string(i) + ",";
+    all += piece;
+    buffer.append(piece);
+  }
+  CHECK(buffer.total() == all.size());
+  CHECK(buffer.read(0, 10).data == all.substr(0, 10));
+  auto gap = buffer.read(10, 100);
+  CHECK(gap.skipped > 0);
+  CHECK(gap.data.find("bytes were dropped") != std::string::npos);
+  CHECK(gap.next_offset == all.size());
+  CHECK(gap.data.substr(gap.data.size() - 20) == all.substr(all.size() - 20));
+  auto tail = buffer.read(all.size() - 5, 100);
+  CHECK(tail.data == all.substr(all.size() - 5));
+  CHECK(tail.next_offset == all.size());
+}
+
+TEST_CASE("inline view cuts the middle and says how to read the rest") {
+  OutputBuffer buffer(1000, 1000);
+  std::string text(500, 'a');
+  text += std::string(500, 'z');
+  buffer.append(text);
+  auto view = buffer.inline_view(100, "use process_output exec-1");
+  CHECK(view.truncated);
+  CHECK(view.text.rfind(std::string(50, 'a'), 0) == 0);
+  CHECK(view.text.substr(view.text.size() - 50) == std::string(50, 'z'));
+  CHECK(view.text.find("900 bytes cut") != std::string::npos);
+  CHECK(view.text.find("process_output exec-1") != std::string::npos);
+  CHECK_FALSE(buffer.inline_view(2000, "").truncated);
+}
+
+TEST_CASE("cuts never split a UTF-8 sequence") {
+  std::string s = "a\xC3\xA9\xC3\xA9";  // a é é
+  CHECK(utf8_prefix(s, 2) == "a");
+  CHECK(utf8_suffix(s, 3) == "\xC3\xA9");
+}
+
+TEST_CASE("signal names round-trip") {
+  CHECK(signal_name(SIGKILL) == "SIGKILL");
+  CHECK(signal_number("SIGTERM") == SIGTERM);
+  CHECK(signal_number("kill") == SIGKILL);
+  CHECK(signal_number("SIGNOPE") == 0);
+}
+
+TEST_CASE("split_budget gives stderr at least a quarter when both overflow") {
+  auto [out, err] = split_budget(100000, 100000, 30000);
+  CHECK(out + err == 30000);
+  CHECK(err == 7500);
+  auto [o2, e2] = split_budget(10, 20, 30000);
+  CHECK(o2 == 10);
+  CHECK(e2 == 20);
+}
+
+TEST_CASE("seccomp filter loads on this host and refuses the listed calls") {
+  std::string why;
+  bool usable = seccomp_usable(why);
+  if (!usable) FAIL("seccomp unusable here: " << why);
+  CHECK(std::find(denied_syscalls().begin(), denied_syscalls().end(), "keyctl") != denied_syscalls().end());
+  CHECK(std::find(denied_syscalls().begin(), denied_syscalls().end(), "ptrace") != denied_syscalls().end());
+}
+
+TEST_CASE("cgroup detection reports what it found in words") {
+  CgroupSupport s = detect_cgroups();
+  CHECK_FALSE(s.detail.empty());
+  if (!s.writable) WARN("cgroups not writable here (" << s.detail << "): limits fall back to rlimits");
+}
