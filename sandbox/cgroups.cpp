@@ -85,6 +85,18 @@ bool make_dir(const fs::path& dir, std::string& why) {
   return false;
 }
 
+// The parent may exist (made by another server, perhaps as root) and still
+// refuse us: only creating a child proves we may make sandbox groups there.
+bool can_create_in(const fs::path& parent, std::string& why) {
+  fs::path probe = parent / ("probe-" + std::to_string(getpid()));
+  if (mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) {
+    why = errno_message("mkdir " + probe.string(), errno);
+    return false;
+  }
+  rmdir(probe.c_str());
+  return true;
+}
+
 CgroupSupport detect_v2(const fs::path& mount) {
   CgroupSupport s;
   s.version = CgroupSupport::Version::V2;
@@ -106,7 +118,8 @@ CgroupSupport detect_v2(const fs::path& mount) {
     ok = make_dir(leaf, why) && write_file(leaf / "cgroup.procs", std::to_string(getpid()), &why) &&
          write_file(own / "cgroup.subtree_control", enable, &why);
   }
-  ok = ok && make_dir(parent, why) && write_file(parent / "cgroup.subtree_control", enable, &why);
+  ok = ok && make_dir(parent, why) && write_file(parent / "cgroup.subtree_control", enable, &why) &&
+       can_create_in(parent, why);
   s.writable = ok && (s.has_memory || s.has_pids);
   if (s.writable) {
     s.parents = {parent};
@@ -127,7 +140,7 @@ CgroupSupport detect_v1() {
     fs::path mount = mount_of(controller);
     if (mount.empty()) continue;
     fs::path parent = mount / fs::path(own_path(controller)).relative_path() / "agentbox";
-    if (!make_dir(parent, why)) continue;
+    if (!make_dir(parent, why) || !can_create_in(parent, why)) continue;
     s.parents.push_back(parent);
     if (controller == "memory") s.has_memory = true;
     if (controller == "pids") s.has_pids = true;

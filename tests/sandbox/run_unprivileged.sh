@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs the sandbox test binary as an unprivileged user, the way most people
+# run agentbox. As root, creates the user "agentbox-test" (with a home, for
+# the host-home canary) and runs the tests as that user; as any other user,
+# runs them directly. Fails loudly when the user cannot be created.
+# Usage: run_unprivileged.sh SANDBOX_TESTS_BINARY [AGENT_BINARY] [catch args...]
+set -euo pipefail
+tests=$(realpath "${1:?usage: run_unprivileged.sh SANDBOX_TESTS_BINARY [AGENT_BINARY] [catch args...]}")
+shift
+agent=""
+if [[ $# -gt 0 && $1 != -* && -x $1 ]]; then agent=$(realpath "$1"); shift; fi
+
+if [[ $(id -u) != 0 ]]; then
+  exec "$tests" "$@"
+fi
+
+user=agentbox-test
+if ! id -u "$user" >/dev/null 2>&1; then
+  useradd --create-home --shell /bin/bash "$user" || { echo "FAIL: cannot create user $user" >&2; exit 1; }
+fi
+# The user must reach both binaries (o+x on every parent directory).
+for bin in "$tests" $agent; do
+  if ! runuser -u "$user" -- test -x "$bin"; then
+    echo "FAIL: $user cannot execute $bin; make its directories world-searchable (chmod o+x)" >&2
+    exit 1
+  fi
+done
+home=$(getent passwd "$user" | cut -d: -f6)
+cd /tmp
+exec runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 "$tests" "$@"
