@@ -227,8 +227,8 @@ int replay_main(const std::string& self, const std::vector<std::string>& args) {
     flush();
     if (!exited) {
       if (to_server.is_open()) to_server.close();
-      wait_exit(server, 3000, static_cast<int>(transcript.steps.empty() ? 0 : transcript.steps.back().line), session);
-      if (server.running()) server.terminate();
+      int last = transcript.steps.empty() ? 0 : transcript.steps.back().line;
+      if (!wait_exit(server, 3000, last, session)) server.terminate();
     }
     while (auto extra_line = output.pop(std::chrono::milliseconds(0)))
       session.differ(0, "unexpected message after the transcript ended: " + extra_line->substr(0, 300));

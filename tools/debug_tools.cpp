@@ -3,6 +3,8 @@
 // on a sandbox. Never offered to a real host.
 #include "tools/register.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -22,6 +24,8 @@ struct Wakeup {
 void debug_sleep(const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
   int steps = args.at("steps").get<int>();
   int step_ms = args.at("step_ms").get<int>();
+  // Logged so the transcripts can watch server events reach the host.
+  spdlog::info("debug_sleep: {} steps of {} ms", steps, step_ms);
   auto wakeup = std::make_shared<Wakeup>();
   context->on_cancel([wakeup] {
     std::lock_guard lock(wakeup->mutex);

@@ -42,6 +42,46 @@ std::string field_path(const std::vector<std::string>& context) {
   return path;
 }
 
+// The schema that describes `field` ("arguments.env.PATH"), or null.
+const json* schema_at(const json& schema, const std::string& field) {
+  const json* node = &schema;
+  std::size_t pos = std::string("arguments").size();
+  while (pos < field.size() && node) {
+    std::size_t next = field.find_first_of(".[", pos + 1);
+    std::string part = field.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+    if (!part.empty() && part.back() == ']') {
+      node = node->contains("items") ? &(*node)["items"] : nullptr;
+    } else if (node->contains("properties") && (*node)["properties"].contains(part)) {
+      node = &(*node)["properties"][part];
+    } else if (node->contains("additionalProperties") && (*node)["additionalProperties"].is_object()) {
+      node = &(*node)["additionalProperties"];
+    } else {
+      node = nullptr;
+    }
+    pos = next == std::string::npos ? field.size() : next;
+  }
+  return node;
+}
+
+// Rewrites valijson's wording into something a model can act on, naming the
+// field itself rather than its parent object.
+ValidationError describe(const json& input_schema, std::string field, const std::string& raw) {
+  auto quoted = [&raw]() -> std::string {
+    auto end = raw.rfind('\'');
+    auto start = end == std::string::npos ? std::string::npos : raw.rfind('\'', end - 1);
+    return start == std::string::npos ? "" : raw.substr(start + 1, end - start - 1);
+  };
+  if (raw.rfind("Missing required property", 0) == 0) return {field + "." + quoted(), "is required"};
+  if (raw.rfind("Object contains a property that could not be validated", 0) == 0)
+    return {field + "." + quoted(), "is not a known argument"};
+  if (raw.rfind("Value type not permitted", 0) == 0) {
+    const json* schema = schema_at(input_schema, field);
+    if (schema && schema->contains("type")) return {field, "must be of type " + (*schema)["type"].dump()};
+    return {field, "has the wrong type"};
+  }
+  return {field, raw};
+}
+
 }  // namespace
 
 void Registry::add(const std::string& schema, ToolFunction function) {
@@ -86,12 +126,11 @@ std::optional<ValidationError> Registry::validate(const Entry& tool, const json&
   valijson::ValidationResults results;
   valijson::adapters::NlohmannJsonAdapter adapter(arguments);
   if (validator.validate(tool.input_schema, adapter, &results)) return std::nullopt;
-  // valijson reports the outermost failure first ("failed to validate against
-  // properties"); the last error is the most specific one.
+  // valijson reports the innermost failure first, then one error per enclosing
+  // level ("failed to validate against schema associated with property ...").
   valijson::ValidationResults::Error error;
-  std::optional<ValidationError> worst;
-  while (results.popError(error)) worst = ValidationError{field_path(error.context), error.description};
-  return worst;
+  results.popError(error);
+  return describe(tool.definition["inputSchema"], field_path(error.context), error.description);
 }
 
 const ToolFunction& Registry::function(const Entry& tool) const { return tool.function; }
