@@ -9,6 +9,8 @@
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/manager.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

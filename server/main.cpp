@@ -1,5 +1,5 @@
 // agentbox: an MCP server that gives AI agents sandboxed Linux machines.
-// Subcommands: serve (default), replay, version.
+// Subcommands: serve (default), doctor, replay, agent (inside a sandbox), version.
 #include "server/conversation.h"
 #include "server/dispatcher.h"
 #include "server/logging.h"
@@ -7,6 +7,9 @@
 #include "server/options.h"
 #include "server/replay.h"
 #include "server/transport.h"
+#include "sandbox/agent.h"
+#include "sandbox/doctor.h"
+#include "sandbox/manager.h"
 #include "tools/register.h"
 
 #include <spdlog/spdlog.h>
@@ -30,6 +33,7 @@ using namespace agentbox;
 
 constexpr const char* kUsage =
     "usage: agentbox [serve] [options]     MCP server on stdin/stdout (agentbox serve --help)\n"
+    "       agentbox doctor [--state-dir DIR]     check what this host allows and what to change\n"
     "       agentbox replay FILE [-- SERVE_ARGS...]   replay a transcript against a fresh server\n"
     "       agentbox version\n";
 
@@ -55,9 +59,15 @@ int serve(const std::vector<std::string>& args) {
   if (!options->record_file.empty()) recorder = std::make_unique<server::Recorder>(options->record_file);
 
   server::StdioTransport transport(STDIN_FILENO, STDOUT_FILENO, options->max_line_bytes, recorder.get());
+  sandbox::ManagerOptions sandbox_options;
+  sandbox_options.state_dir = options->state_dir;
+  sandbox_options.network_host = options->network == "host";
+  sandbox::Manager sandboxes(sandbox_options);
+
   tools::Registry registry;
   tools::Services services;
   services.test_tools = options->test_tools;
+  services.sandboxes = &sandboxes;
   tools::register_all(registry, services);
 
   server::Dispatcher dispatcher(transport, {.workers = options->workers});
@@ -93,9 +103,25 @@ int serve(const std::vector<std::string>& args) {
     _exit(0);
   });
   watchdog.detach();
+  // Cancelling the calls in flight kills their commands; then every sandbox
+  // stops, its directories left for the next start.
   dispatcher.shutdown();
+  sandboxes.shutdown();
   spdlog::default_logger()->flush();
   return 0;
+}
+
+int doctor(std::vector<std::string> args) {
+  bool has_state_dir = false;
+  for (const auto& a : args) has_state_dir |= a.rfind("--state-dir", 0) == 0;
+  if (!has_state_dir) {
+    args.push_back("--state-dir");
+    args.push_back(server::default_state_dir().string());
+  }
+  std::vector<char*> argv = {const_cast<char*>("doctor")};
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return sandbox::doctor_main(static_cast<int>(argv.size() - 1), argv.data());
 }
 
 }  // namespace
@@ -112,6 +138,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "serve") return serve(args);
     if (command == "replay") return server::replay_main(argv[0], args);
+    if (command == "agent") return sandbox::agent_main(argc - 1, argv + 1);
+    if (command == "doctor") return doctor(args);
     if (command == "version" || command == "--version") {
       std::cout << "agentbox " << AGENTBOX_VERSION << "\n";
       return 0;
