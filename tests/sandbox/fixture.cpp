@@ -11,7 +11,10 @@ SandboxFixture::SandboxFixture(ManagerOptions options) {
   char tmpl[] = "/tmp/agentbox-sandbox-test-XXXXXX";
   state_dir = mkdtemp(tmpl);
   options.state_dir = state_dir;
-  options.agent_binary = AGENTBOX_TEST_AGENT;
+  // run_unprivileged.sh may run a copy of the binaries from a directory the
+  // test user can reach, and says where the agent went.
+  const char* agent = std::getenv("AGENTBOX_TEST_AGENT");
+  options.agent_binary = agent && *agent ? agent : AGENTBOX_TEST_AGENT;
   options.agent_args = {};
   manager = std::make_unique<Manager>(options);
 }

@@ -18,13 +18,21 @@ user=agentbox-test
 if ! id -u "$user" >/dev/null 2>&1; then
   useradd --create-home --shell /bin/bash "$user" || { echo "FAIL: cannot create user $user" >&2; exit 1; }
 fi
-# The user must reach both binaries (o+x on every parent directory).
-for bin in "$tests" $agent; do
-  if ! runuser -u "$user" -- test -x "$bin"; then
-    echo "FAIL: $user cannot execute $bin; make its directories world-searchable (chmod o+x)" >&2
-    exit 1
+# The user must reach both binaries. A checkout under /root (mode 0700) is out
+# of its reach: run copies from a directory of their own instead.
+if ! runuser -u "$user" -- test -x "$tests" || { [[ -n $agent ]] && ! runuser -u "$user" -- test -x "$agent"; }; then
+  copies=$(mktemp -d /tmp/agentbox-unprivileged-XXXXXX)
+  chmod 0755 "$copies"
+  trap 'rm -rf "$copies"' EXIT
+  cp "$tests" "$copies/"
+  tests=$copies/$(basename "$tests")
+  if [[ -n $agent ]]; then
+    cp "$agent" "$copies/"
+    agent=$copies/$(basename "$agent")
   fi
-done
+  echo "note: $user cannot reach the build directory; running copies from $copies" >&2
+fi
 home=$(getent passwd "$user" | cut -d: -f6)
 cd /tmp
-exec runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 "$tests" "$@"
+runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+  ${agent:+AGENTBOX_TEST_AGENT="$agent"} "$tests" "$@"
