@@ -1,0 +1,157 @@
+// Shared helpers for the real-client tests: where the server binary is, temp
+// state directories, and an SDK client whose transport keeps a log of every
+// message in both directions so tests can assert on the wire, not only on
+// what the SDK chooses to surface.
+import { existsSync, mkdtempSync, rmSync, accessSync, constants } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+
+export const PACKAGE_DIR = dirname(fileURLToPath(import.meta.url));
+
+/** The agentbox binary under test: $AGENTBOX_BIN, else ../../build/agentbox. */
+export const AGENTBOX_BIN = resolve(
+  PACKAGE_DIR,
+  process.env.AGENTBOX_BIN ?? '../../build/agentbox',
+);
+
+/** Throws a readable error when the binary has not been built. */
+export function requireBinary() {
+  if (!existsSync(AGENTBOX_BIN)) {
+    throw new Error(
+      `agentbox binary not found at ${AGENTBOX_BIN}; build it with ` +
+        '`ninja -C build agentbox` or set AGENTBOX_BIN',
+    );
+  }
+  accessSync(AGENTBOX_BIN, constants.X_OK);
+}
+
+/** A fresh temporary directory; removed by the returned cleanup function. */
+export function tempDir(prefix = 'agentbox-client-') {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * A StdioClientTransport that records every JSON-RPC message it sends and
+ * receives (with a timestamp), and exposes the child process so tests can see
+ * how and when it exits.
+ */
+export class TappedStdioTransport extends StdioClientTransport {
+  constructor(params) {
+    super(params);
+    /** @type {{dir: 'in'|'out', at: number, message: any}[]} */
+    this.log = [];
+    this.child = undefined;
+    this.exit = undefined; // {code, signal, at} once the child has exited
+    this.exited = new Promise((resolveExit) => {
+      this._resolveExit = resolveExit;
+    });
+  }
+
+  async start() {
+    // Protocol.connect() installs onmessage before calling start().
+    const deliver = this.onmessage;
+    this.onmessage = (message, extra) => {
+      this.log.push({ dir: 'in', at: performance.now(), message });
+      deliver?.(message, extra);
+    };
+    await super.start();
+    // The SDK keeps the ChildProcess in a private-by-convention field; take a
+    // reference now because close() clears it.
+    this.child = this._process;
+    if (this.child) {
+      this.child.once('exit', (code, signal) => {
+        this.exit = { code, signal, at: performance.now() };
+        this._resolveExit(this.exit);
+      });
+    }
+  }
+
+  async send(message, options) {
+    this.log.push({ dir: 'out', at: performance.now(), message });
+    return super.send(message, options);
+  }
+
+  received() {
+    return this.log.filter((e) => e.dir === 'in').map((e) => e.message);
+  }
+}
+
+/**
+ * Nothing this suite asks for should take seconds, so requests default to a
+ * 3 s timeout instead of the SDK's 60 s: a hung server fails tests quickly.
+ */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 3000;
+
+class TestClient extends Client {
+  request(request, resultSchema, options) {
+    return super.request(request, resultSchema, { timeout: DEFAULT_REQUEST_TIMEOUT_MS, ...options });
+  }
+}
+
+/**
+ * Starts `agentbox serve --state-dir <tmp> [--test-tools]` and connects an SDK
+ * client to it. Returns {client, transport, stderr(), close()}; close() closes
+ * the client, waits for the process and removes the state directory.
+ */
+export async function startServer({ testTools = true, extraArgs = [], clientName = 'agentbox-sdk-tests' } = {}) {
+  requireBinary();
+  const state = tempDir('agentbox-state-');
+  const args = ['serve', '--state-dir', state.dir];
+  if (testTools) args.push('--test-tools');
+  args.push(...extraArgs);
+
+  const transport = new TappedStdioTransport({
+    command: AGENTBOX_BIN,
+    args,
+    stderr: 'pipe',
+  });
+  let stderrText = '';
+  transport.stderr?.on('data', (chunk) => {
+    stderrText += chunk.toString('utf8');
+    if (stderrText.length > 200_000) stderrText = stderrText.slice(-100_000);
+  });
+
+  const client = new TestClient({ name: clientName, version: '0.0.0' }, { capabilities: {} });
+  try {
+    await client.connect(transport, { timeout: DEFAULT_REQUEST_TIMEOUT_MS });
+  } catch (err) {
+    await transport.close().catch(() => {});
+    state.cleanup();
+    err.message += `\n--- server stderr ---\n${stderrText.slice(-4000)}`;
+    throw err;
+  }
+
+  let closed = false;
+  return {
+    client,
+    transport,
+    stateDir: state.dir,
+    stderr: () => stderrText,
+    async close() {
+      if (closed) return;
+      closed = true;
+      try {
+        await client.close();
+        if (transport.child && !transport.exit) {
+          // The SDK gives up after SIGKILL without waiting; make sure we do not
+          // leak the process whatever happened.
+          await Promise.race([transport.exited, sleep(5000)]);
+        }
+      } finally {
+        state.cleanup();
+      }
+    },
+  };
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Last lines of the server's stderr, for assertion messages. */
+export function tail(text, lines = 30) {
+  return text.split('\n').slice(-lines).join('\n');
+}
