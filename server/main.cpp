@@ -47,11 +47,14 @@ int serve(const std::vector<std::string>& args) {
   server::setup_logging(options->log_level);
 
   // SIGTERM/SIGINT are taken by a thread of their own (sigwait) and turned into
-  // an orderly stop; blocked here so every thread created later inherits that.
+  // an orderly stop; SIGUSR1 wakes that thread at exit. All three are blocked
+  // here, before any thread exists, so none can hit a thread with the default
+  // action (SIGUSR1 would kill the process). Children reset their mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a closed stdout shows up as EPIPE on write
 
@@ -78,11 +81,7 @@ int serve(const std::vector<std::string>& args) {
   std::atomic<bool> done{false};
   std::thread signal_thread([&] {
     int signal = 0;
-    // Stops on SIGTERM/SIGINT, or on the SIGUSR1 we send ourselves at exit.
-    sigset_t wait_for = signals;
-    sigaddset(&wait_for, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &wait_for, nullptr);
-    sigwait(&wait_for, &signal);
+    sigwait(&signals, &signal);
     if (!done.load()) {
       spdlog::info("received {}, shutting down", strsignal(signal));
       transport.stop();
