@@ -63,6 +63,8 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
   });
 }
 
+McpServer::~McpServer() { forward_logs_to_client(nullptr); }
+
 json McpServer::capabilities() const {
   return json{{"tools", json{{"listChanged", false}}}, {"logging", json::object()}};
 }

@@ -19,6 +19,10 @@ struct McpOptions {
 class McpServer {
  public:
   McpServer(Dispatcher& dispatcher, const tools::Registry& registry, McpOptions options);
+  // Detaches the log forwarder, which points back at this server.
+  ~McpServer();
+  McpServer(const McpServer&) = delete;
+  McpServer& operator=(const McpServer&) = delete;
 
  private:
   void initialize(const std::shared_ptr<Call>& call);
