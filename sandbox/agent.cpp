@@ -2,6 +2,7 @@
 
 #include "rpc/framing.h"
 #include "rpc/message.h"
+#include "sandbox/agent_files.h"
 #include "sandbox/agent_methods.h"
 #include "sandbox/agent_processes.h"
 #include "sandbox/agent_sessions.h"
@@ -123,6 +124,7 @@ class AgentServer {
     sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
     register_session_methods(methods_, *sessions_);
     register_process_methods(methods_, processes_);
+    register_file_methods(methods_, [this](const std::string& name) { return sessions_->context(name); }, config_);
     methods_["hello"] = [](AgentRequest&) {
       return json{{"pid", getpid()}, {"uid", getuid()}, {"version", 1}};
     };

@@ -1,7 +1,6 @@
 // The agent's method table: one map from JSON-RPC method name to handler,
 // filled by one register_*_methods() per family (sessions and exec,
-// background processes; file operations go in agent_files.cpp the same way:
-// declare register_file_methods here, define it there, call it in agent.cpp).
+// background processes, file operations in agent_files.h).
 // A handler runs on its own thread, returns the result object, and throws
 // SandboxError for failures; the code travels as error.data.code.
 #pragma once

@@ -6,6 +6,7 @@ void register_sandbox_tools(Registry& registry, const Services& services);
 void register_exec_tool(Registry& registry, const Services& services);
 void register_session_tools(Registry& registry, const Services& services);
 void register_process_tools(Registry& registry, const Services& services);
+void register_file_tools(Registry& registry, const Services& services);
 void register_debug_tools(Registry& registry);
 
 void register_all(Registry& registry, const Services& services) {
@@ -13,6 +14,7 @@ void register_all(Registry& registry, const Services& services) {
   register_exec_tool(registry, services);
   register_session_tools(registry, services);
   register_process_tools(registry, services);
+  register_file_tools(registry, services);
   if (services.test_tools) register_debug_tools(registry);
 }
 

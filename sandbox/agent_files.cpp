@@ -1,0 +1,519 @@
+// file.read, file.write, file.edit and the method table (agent_files.h).
+#include "sandbox/agent_files.h"
+
+#include "sandbox/base64.h"
+#include "sandbox/file_paths.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace agentbox::sandbox {
+
+namespace {
+
+// A text page is also cut by its JSON-escaped size: content appears twice in
+// a tool result (text and structuredContent), and a page of control
+// characters would grow six-fold as \u00XX escapes.
+constexpr std::size_t kMaxEscapedBytes = 2 << 20;
+constexpr std::size_t kScanChunk = 64 * 1024;
+
+struct Fd {
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+  int fd;
+};
+
+// RLIMIT_FSIZE raises SIGXFSZ, whose default action would end the agent.
+// Blocked in the writing thread, the write fails with EFBIG instead; the
+// pending signal is consumed before the mask is restored, since a pooled
+// thread must not carry it into a command it spawns.
+class BlockFileSizeSignal {
+ public:
+  BlockFileSizeSignal() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~BlockFileSizeSignal() {
+    timespec zero{0, 0};
+    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t set_, old_;
+};
+
+std::uint64_t max_file_bytes() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) return limit.rlim_cur;
+  return UINT64_MAX;
+}
+
+std::string pread_some(int fd, std::uint64_t offset, std::size_t n, const std::string& path) {
+  std::string data(n, '\0');
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, data.data() + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw file_error(errno, "cannot read", path);
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  data.resize(got);
+  return data;
+}
+
+void write_all(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw file_error(errno, "cannot write", path);
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+// Opens a regular file for reading; directories and devices are refused with
+// a code that says what they are.
+int open_regular(const std::string& path, struct stat& st) {
+  // O_NONBLOCK: opening a FIFO must not hang the call.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw file_error(errno, "cannot open", path);
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    throw file_error(err, "cannot stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    throw SandboxError(codes::kIsDirectory, path + " is a directory; use file_list to see what it holds");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    throw SandboxError(codes::kInvalidArgument, path + " is not a regular file (a device, FIFO or socket); read it with exec");
+  }
+  return fd;
+}
+
+SandboxError binary_error(const std::string& path, std::uint64_t size, std::string_view head) {
+  return SandboxError(codes::kBinaryFile, path + " is not UTF-8 text (" + guess_mime(path, head, false) + ", " +
+                                              std::to_string(size) + " bytes); read it with encoding \"base64\"");
+}
+
+// Byte offset where 1-based line `line` starts, scanning from `from`
+// (counting `line - 1` newlines); the end of the file if it has fewer lines.
+std::uint64_t skip_lines(int fd, std::uint64_t from, std::int64_t lines, const std::string& path) {
+  std::uint64_t pos = from;
+  while (lines > 0) {
+    std::string chunk = pread_some(fd, pos, kScanChunk, path);
+    if (chunk.empty()) return pos;
+    std::size_t i = 0;
+    while (lines > 0) {
+      std::size_t nl = chunk.find('\n', i);
+      if (nl == std::string::npos) break;
+      i = nl + 1;
+      --lines;
+    }
+    pos += lines > 0 ? chunk.size() : i;
+  }
+  return pos;
+}
+
+std::int64_t optional_int(const json& params, const char* name, std::int64_t min) {
+  std::int64_t v = param_int(params, name, min);
+  if (v < min) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be at least " + std::to_string(min));
+  return v;
+}
+
+bool has(const json& params, const char* name) { return params.contains(name) && !params[name].is_null(); }
+
+struct TextPage {
+  std::size_t bytes = 0;  // of the page, whole characters only
+  bool incomplete_at_eof = false;
+};
+
+// How much of page to return: whole characters, at most max_chars of them,
+// starting before `limit` bytes, within the escaped-size budget.
+TextPage cut_text(std::string_view page, std::size_t limit, std::size_t max_chars, bool at_eof) {
+  TextPage out;
+  std::size_t chars = 0, escaped = 0;
+  while (out.bytes < page.size() && out.bytes < limit && chars < max_chars) {
+    auto c = static_cast<unsigned char>(page[out.bytes]);
+    std::size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (out.bytes + len > page.size()) {
+      out.incomplete_at_eof = at_eof;
+      break;
+    }
+    std::size_t cost = len;
+    if (c == '"' || c == '\\') cost = 2;
+    else if (c < 0x20) cost = (c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') ? 2 : 6;
+    if (escaped + cost > kMaxEscapedBytes && out.bytes > 0) break;
+    escaped += cost;
+    out.bytes += len;
+    ++chars;
+  }
+  return out;
+}
+
+}  // namespace
+
+json file_read(const json& params, const FileEnv& env) {
+  std::string path = file_param_path(params, "path", env.cwd);
+  std::string encoding = param_string(params, "encoding", "utf-8");
+  if (encoding != "utf-8" && encoding != "base64")
+    throw SandboxError(codes::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\"");
+  bool text = encoding == "utf-8";
+  bool by_lines = has(params, "start_line") || has(params, "line_count");
+  if (by_lines && !text) throw SandboxError(codes::kInvalidArgument, "start_line/line_count work with encoding utf-8 only");
+  if (by_lines && has(params, "offset"))
+    throw SandboxError(codes::kInvalidArgument, "give either offset or start_line, not both");
+
+  struct stat st;
+  Fd fd(open_regular(path, st));
+  std::uint64_t offset = static_cast<std::uint64_t>(optional_int(params, "offset", 0));
+  bool explicit_length = has(params, "length");
+  std::size_t limit = explicit_length ? std::min<std::uint64_t>(optional_int(params, "length", 0), kMaxPageBytes)
+                                      : (text ? env.inline_chars * 4 : env.inline_chars / 4 * 3);
+  std::size_t max_chars = explicit_length ? SIZE_MAX : env.inline_chars;
+  std::int64_t start_line = 0;
+  if (by_lines) {
+    start_line = optional_int(params, "start_line", 1);
+    offset = skip_lines(fd.fd, 0, start_line - 1, path);
+    if (has(params, "line_count")) {
+      std::uint64_t end = skip_lines(fd.fd, offset, optional_int(params, "line_count", 1), path);
+      limit = std::min<std::uint64_t>(limit, end - offset);
+    }
+  }
+
+  json result = {{"path", path}, {"encoding", encoding}};
+  std::string head = pread_some(fd.fd, 0, 64, path);
+  if (text) {
+    // A page that starts inside a UTF-8 sequence backs up to its first byte.
+    std::size_t back = static_cast<std::size_t>(std::min<std::uint64_t>(offset, 3));
+    std::size_t wanted = back + limit + 4;  // 4: room to finish a character that starts before the limit
+    std::string data = pread_some(fd.fd, offset - back, wanted, path);
+    bool at_eof = data.size() < wanted;
+    std::size_t start = back;
+    while (start > 0 && start < data.size() && (static_cast<unsigned char>(data[start]) & 0xC0) == 0x80) --start;
+    if (start < data.size() && (static_cast<unsigned char>(data[start]) & 0xC0) == 0x80) start = back;
+    std::string_view page = std::string_view(data).substr(std::min(start, data.size()));
+    limit += back - start;
+    if (!looks_text(page)) throw binary_error(path, static_cast<std::uint64_t>(st.st_size), head);
+    TextPage cut = cut_text(page, limit, max_chars, at_eof);
+    if (cut.incomplete_at_eof) throw binary_error(path, static_cast<std::uint64_t>(st.st_size), head);
+    offset = offset - back + start;
+    result["content"] = std::string(page.substr(0, cut.bytes));
+    result["bytes"] = cut.bytes;
+    result["truncated"] = cut.bytes < page.size();
+    if (by_lines) {
+      const std::string& content = result["content"].get_ref<const std::string&>();
+      auto newlines = std::count(content.begin(), content.end(), '\n');
+      bool ends_line = !content.empty() && content.back() == '\n';
+      result["start_line"] = start_line;
+      result["end_line"] = start_line + newlines - (ends_line || content.empty() ? 1 : 0);
+    }
+  } else {
+    std::string data = pread_some(fd.fd, offset, limit + 1, path);
+    bool more = data.size() > limit;
+    if (more) data.resize(limit);
+    result["content"] = base64_encode(data);
+    result["bytes"] = data.size();
+    result["truncated"] = more;
+  }
+  std::uint64_t bytes = result["bytes"].get<std::uint64_t>();
+  // /proc files report size 0 but have content.
+  result["size"] = std::max<std::uint64_t>(static_cast<std::uint64_t>(st.st_size), offset + bytes);
+  result["offset"] = offset;
+  result["next_offset"] = offset + bytes;
+  result["mime_type"] = guess_mime(path, head, looks_text(head));
+  return result;
+}
+
+namespace {
+
+// Writes data to a new temporary file next to target and renames it into
+// place: a reader sees the old file or the new one, never a part. With
+// no_replace the rename fails if target exists (file_write mode "create").
+void replace_file(const std::string& target, std::string_view data, mode_t mode, bool sync, bool no_replace) {
+  std::string dir = target.substr(0, target.rfind('/'));
+  if (dir.empty()) dir = "/";
+  std::string temp = (dir == "/" ? "" : dir) + "/.agentbox-write-XXXXXX";
+  int fd = mkostemp(temp.data(), O_CLOEXEC);
+  if (fd < 0) throw file_error(errno, "cannot create a temporary file in", dir);
+  try {
+    write_all(fd, data, target);
+    if (fchmod(fd, mode) != 0) throw file_error(errno, "cannot set the mode of", target);
+    if (sync && fsync(fd) != 0) throw file_error(errno, "cannot flush", target);
+    if (close(fd) != 0) {
+      fd = -1;
+      throw file_error(errno, "cannot write", target);
+    }
+    fd = -1;
+    int rc = no_replace ? renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE)
+                        : rename(temp.c_str(), target.c_str());
+    if (rc != 0) throw file_error(errno, no_replace ? "cannot create" : "cannot replace", target);
+  } catch (...) {
+    if (fd >= 0) close(fd);
+    unlink(temp.c_str());
+    throw;
+  }
+  if (sync) {
+    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      fsync(dfd);
+      close(dfd);
+    }
+  }
+}
+
+void make_parents(const std::string& target) {
+  std::size_t slash = 0;
+  while ((slash = target.find('/', slash + 1)) != std::string::npos) {
+    std::string dir = target.substr(0, slash);
+    if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) throw file_error(errno, "cannot create directory", dir);
+  }
+}
+
+mode_t default_file_mode() {
+  mode_t mask = umask(0);
+  umask(mask);
+  return 0666 & ~mask;
+}
+
+}  // namespace
+
+json file_write(const json& params, const FileEnv& env) {
+  std::string path = file_param_path(params, "path", env.cwd);
+  if (!params.contains("content") || !params["content"].is_string())
+    throw SandboxError(codes::kInvalidArgument, "content is required and must be a string");
+  std::string encoding = param_string(params, "encoding", "utf-8");
+  std::string mode = param_string(params, "mode", "overwrite");
+  if (mode != "overwrite" && mode != "append" && mode != "create")
+    throw SandboxError(codes::kInvalidArgument, "mode must be \"overwrite\", \"append\" or \"create\"");
+  std::string decoded;
+  const std::string* data = &params["content"].get_ref<const std::string&>();
+  if (encoding == "base64") {
+    auto bytes = base64_decode(*data);
+    if (!bytes) throw SandboxError(codes::kInvalidArgument, "content is not valid base64");
+    decoded = std::move(*bytes);
+    data = &decoded;
+  } else if (encoding != "utf-8") {
+    throw SandboxError(codes::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\"");
+  }
+  bool sync = params.value("sync", false);
+
+  std::string target = writable_target(path);
+  struct stat st;
+  bool exists = stat(target.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) throw SandboxError(codes::kIsDirectory, path + " is a directory");
+  if (exists && mode == "create")
+    throw SandboxError(codes::kFileExists, path + " already exists; use mode \"overwrite\" to replace it");
+  if (exists && !S_ISREG(st.st_mode))
+    throw SandboxError(codes::kInvalidArgument, path + " is not a regular file (a device, FIFO or socket)");
+  // An atomic replace would succeed on a read-only file (only the directory
+  // is written); refuse it as `echo > file` would.
+  if (exists && access(target.c_str(), W_OK) != 0) throw file_error(errno, "cannot write", path);
+  std::uint64_t final_size = data->size() + (mode == "append" && exists ? static_cast<std::uint64_t>(st.st_size) : 0);
+  std::uint64_t max = max_file_bytes();
+  if (final_size > max)
+    throw SandboxError(codes::kTooLarge, path + " would be " + std::to_string(final_size) +
+                                             " bytes; the sandbox's file size limit is " + std::to_string(max));
+  make_parents(target);
+
+  BlockFileSizeSignal guard;
+  if (mode == "append") {
+    Fd fd(open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666));
+    if (fd.fd < 0) throw file_error(errno, "cannot open", path);
+    write_all(fd.fd, *data, path);
+    if (sync && fsync(fd.fd) != 0) throw file_error(errno, "cannot flush", path);
+  } else {
+    replace_file(target, *data, exists ? (st.st_mode & 07777) : default_file_mode(), sync, mode == "create");
+  }
+  return {{"path", target}, {"bytes_written", data->size()}, {"size", final_size}, {"created", !exists}};
+}
+
+namespace {
+
+constexpr std::size_t kDiffContext = 3;
+constexpr std::size_t kMaxDiffChars = 4000;
+
+std::vector<std::string_view> split_lines(std::string_view s) {
+  std::vector<std::string_view> lines;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    std::size_t nl = s.find('\n', i);
+    std::size_t end = nl == std::string_view::npos ? s.size() : nl + 1;
+    lines.push_back(s.substr(i, end - i));
+    i = end;
+  }
+  return lines;
+}
+
+void diff_line(std::string& out, char tag, std::string_view line) {
+  out += tag;
+  out += line;
+  if (line.empty() || line.back() != '\n') out += "\n\\ No newline at end of file\n";
+}
+
+// A unified diff of the replacements at `positions`, built from the matches
+// themselves (no general diff needed): each hunk covers the lines a group of
+// nearby matches touches, with three lines of context.
+std::string edit_diff(const std::string& path, const std::string& before, const std::vector<std::size_t>& positions,
+                      std::size_t old_len, const std::string& replacement) {
+  std::vector<std::size_t> starts{0};
+  for (std::size_t i = 0; i + 1 < before.size(); ++i)
+    if (before[i] == '\n') starts.push_back(i + 1);
+  auto line_of = [&](std::size_t pos) {
+    return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), pos) - starts.begin() - 1);
+  };
+  struct Group {
+    std::size_t first, last;
+    std::vector<std::size_t> positions;
+  };
+  std::vector<Group> groups;
+  for (std::size_t p : positions) {
+    std::size_t a = line_of(p), b = line_of(p + old_len - 1);
+    if (!groups.empty() && a <= groups.back().last + 2 * kDiffContext + 1) {
+      groups.back().last = std::max(groups.back().last, b);
+      groups.back().positions.push_back(p);
+    } else {
+      groups.push_back({a, b, {p}});
+    }
+  }
+  std::string out = "--- " + path + "\n+++ " + path + "\n";
+  long delta = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Group& group = groups[g];
+    std::size_t first = group.first >= kDiffContext ? group.first - kDiffContext : 0;
+    std::size_t last = std::min(starts.size() - 1, group.last + kDiffContext);
+    std::size_t begin = starts[first], end = last + 1 < starts.size() ? starts[last + 1] : before.size();
+    std::string after;
+    std::size_t at = begin;
+    for (std::size_t p : group.positions) {
+      after.append(before, at, p - at);
+      after += replacement;
+      at = p + old_len;
+    }
+    after.append(before, at, end - at);
+    auto old_lines = split_lines(std::string_view(before).substr(begin, end - begin));
+    auto new_lines = split_lines(after);
+    char header[96];
+    std::snprintf(header, sizeof header, "@@ -%zu,%zu +%ld,%zu @@\n", first + 1, old_lines.size(),
+                  static_cast<long>(first + 1) + delta, new_lines.size());
+    out += header;
+    std::size_t same_front = 0;
+    while (same_front < old_lines.size() && same_front < new_lines.size() && old_lines[same_front] == new_lines[same_front])
+      ++same_front;
+    std::size_t same_back = 0;
+    while (same_back < old_lines.size() - same_front && same_back < new_lines.size() - same_front &&
+           old_lines[old_lines.size() - 1 - same_back] == new_lines[new_lines.size() - 1 - same_back])
+      ++same_back;
+    for (std::size_t i = 0; i < same_front; ++i) diff_line(out, ' ', old_lines[i]);
+    for (std::size_t i = same_front; i < old_lines.size() - same_back; ++i) diff_line(out, '-', old_lines[i]);
+    for (std::size_t i = same_front; i < new_lines.size() - same_back; ++i) diff_line(out, '+', new_lines[i]);
+    for (std::size_t i = old_lines.size() - same_back; i < old_lines.size(); ++i) diff_line(out, ' ', old_lines[i]);
+    delta += static_cast<long>(new_lines.size()) - static_cast<long>(old_lines.size());
+    if (out.size() > kMaxDiffChars) {
+      std::size_t cut = out.rfind('\n', kMaxDiffChars);
+      out.resize(cut == std::string::npos ? kMaxDiffChars : cut + 1);
+      out += "... (diff cut; " + std::to_string(groups.size() - g - 1) + " more hunks not shown)\n";
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+json file_edit(const json& params, const FileEnv& env) {
+  std::string path = file_param_path(params, "path", env.cwd);
+  if (!params.contains("old_string") || !params["old_string"].is_string() || params["old_string"].get_ref<const std::string&>().empty())
+    throw SandboxError(codes::kInvalidArgument, "old_string is required and must not be empty");
+  if (!params.contains("new_string") || !params["new_string"].is_string())
+    throw SandboxError(codes::kInvalidArgument, "new_string is required (it may be empty)");
+  const std::string& old_string = params["old_string"].get_ref<const std::string&>();
+  const std::string& new_string = params["new_string"].get_ref<const std::string&>();
+  if (old_string == new_string) throw SandboxError(codes::kInvalidArgument, "old_string and new_string are the same");
+  bool replace_all = params.value("replace_all", false);
+
+  std::string target = writable_target(path);
+  struct stat st;
+  Fd fd(open_regular(target, st));
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxEditBytes)
+    throw SandboxError(codes::kTooLarge, path + " is " + std::to_string(st.st_size) + " bytes; file_edit works on files up to " +
+                                             std::to_string(kMaxEditBytes) + " bytes (use exec with sed for bigger ones)");
+  std::string before = pread_some(fd.fd, 0, kMaxEditBytes + 1, path);
+  if (!looks_text(before, false))
+    throw binary_error(path, before.size(), before.substr(0, 64));
+
+  std::vector<std::size_t> positions;
+  for (std::size_t at = before.find(old_string); at != std::string::npos; at = before.find(old_string, at + old_string.size()))
+    positions.push_back(at);
+  if (positions.empty()) {
+    std::string hint = "file_read shows the exact text; whitespace, indentation and line endings must match";
+    if (before.find("\r\n") != std::string::npos && old_string.find('\n') != std::string::npos &&
+        old_string.find("\r\n") == std::string::npos)
+      hint = "the file has CRLF line endings; write \\r\\n in old_string";
+    throw SandboxError(codes::kNotFoundInFile, "old_string was not found in " + path + " (0 matches); " + hint);
+  }
+  if (positions.size() > 1 && !replace_all) {
+    std::string lines;
+    for (std::size_t i = 0; i < positions.size() && i < 10; ++i)
+      lines += (i ? ", " : "") + std::to_string(1 + std::count(before.begin(), before.begin() + static_cast<long>(positions[i]), '\n'));
+    throw SandboxError(codes::kNotUnique, "old_string occurs " + std::to_string(positions.size()) + " times in " + path +
+                                              " (lines " + lines + (positions.size() > 10 ? ", ..." : "") +
+                                              "); include more surrounding text to pick one, or pass replace_all: true");
+  }
+  std::string after;
+  after.reserve(before.size() + positions.size() * new_string.size());
+  std::size_t at = 0;
+  for (std::size_t p : positions) {
+    after.append(before, at, p - at);
+    after += new_string;
+    at = p + old_string.size();
+  }
+  after.append(before, at, std::string::npos);
+  if (after.size() > max_file_bytes()) throw SandboxError(codes::kTooLarge, "the edited file would exceed the file size limit");
+  if (access(target.c_str(), W_OK) != 0) throw file_error(errno, "cannot write", path);
+  {
+    BlockFileSizeSignal guard;
+    replace_file(target, after, st.st_mode & 07777, params.value("sync", false), false);
+  }
+  return {{"path", target},
+          {"replacements", positions.size()},
+          {"size", after.size()},
+          {"diff", edit_diff(target, before, positions, old_string.size(), new_string)}};
+}
+
+void register_file_methods(MethodTable& table, SessionResolver resolve, const AgentConfig& config) {
+  auto env = [resolve = std::move(resolve), &config](const json& params) {
+    FileEnv e;
+    e.cwd = resolve(param_string(params, "session", "default")).cwd;
+    e.inline_chars = config.inline_output_chars;
+    return e;
+  };
+  auto bind = [&table, env](const char* method, json (*op)(const json&, const FileEnv&)) {
+    table[method] = [env, op](AgentRequest& r) { return op(r.params(), env(r.params())); };
+  };
+  bind("file.read", file_read);
+  bind("file.write", file_write);
+  bind("file.edit", file_edit);
+  bind("file.stat", file_stat);
+  bind("file.mkdir", file_mkdir);
+  bind("file.delete", file_delete);
+  bind("file.move", file_move);
+  bind("file.list", file_list);
+  table["file.search"] = [env](AgentRequest& r) { return file_search(r, env(r.params())); };
+}
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,46 @@
+// File operations of the in-sandbox agent: file.read, file.write, file.edit,
+// file.stat, file.list, file.mkdir, file.delete, file.move, file.search.
+//
+// They run inside the sandbox's namespaces with the same uid as commands, so
+// they see exactly what a command sees (symlinks, permissions, read-only
+// mounts); file_paths.h adds the policy (writable areas, path checks).
+// Relative paths resolve against the session's working directory.
+//
+// Sizes: a read returns one page (the inline cap in characters by default,
+// up to kMaxPageBytes when `length` is given), so no message grows past a few
+// MB; big files are written with append and read page by page. Writes replace
+// a file atomically (a temporary file in the same directory renamed over it),
+// see docs/files.md for the durability choice.
+#pragma once
+
+#include "sandbox/agent_methods.h"
+#include "sandbox/agent_processes.h"
+
+#include <cstdint>
+
+namespace agentbox::sandbox {
+
+inline constexpr std::size_t kMaxPageBytes = 1 << 20;         // file.read with an explicit length
+inline constexpr std::size_t kMaxEditBytes = 16 << 20;        // file.edit loads the file whole
+inline constexpr std::size_t kMaxListEntries = 10'000;
+inline constexpr std::size_t kMaxSearchResults = 1'000;
+
+// What every operation needs besides its parameters.
+struct FileEnv {
+  std::string cwd = "/workspace";     // the session's working directory
+  std::size_t inline_chars = 30'000;  // default page of a text read
+};
+
+json file_read(const json& params, const FileEnv& env);
+json file_write(const json& params, const FileEnv& env);
+json file_edit(const json& params, const FileEnv& env);
+json file_stat(const json& params, const FileEnv& env);
+json file_mkdir(const json& params, const FileEnv& env);
+json file_delete(const json& params, const FileEnv& env);
+json file_move(const json& params, const FileEnv& env);
+json file_list(const json& params, const FileEnv& env);
+json file_search(AgentRequest& request, const FileEnv& env);
+
+void register_file_methods(MethodTable& table, SessionResolver resolve, const AgentConfig& config);
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,101 @@
+// File tools: file_read, file_write, file_edit, file_list, file_stat,
+// file_mkdir, file_delete, file_move, file_search. Each maps to one agent
+// method (sandbox/agent_files.h), which runs inside the sandbox; this file
+// only names the method and turns its result into the short text the model
+// reads. The structured result is the agent's result as is.
+#include "tools/sandbox_call.h"
+
+namespace agentbox::tools {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string str(const json& r, const char* key) { return r.value(key, std::string()); }
+std::string num(const json& r, const char* key) { return std::to_string(r.value(key, std::uint64_t{0})); }
+
+std::string read_text(const json& r) {
+  std::string text = str(r, "content");
+  if (text.empty() && !r.value("truncated", false)) {
+    return "(" + str(r, "path") + ": no content from byte " + num(r, "offset") + ", file size " + num(r, "size") + ")";
+  }
+  if (r.value("truncated", false)) {
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += "[... bytes " + num(r, "offset") + "-" + num(r, "next_offset") + " of " + num(r, "size") +
+            " shown; call file_read with offset " + num(r, "next_offset") + " to read on]";
+  }
+  return text;
+}
+
+std::string list_text(const json& r) {
+  std::string text;
+  for (const auto& e : r["entries"]) {
+    std::string type = str(e, "type");
+    text += str(e, "path");
+    if (type == "directory") text += "/";
+    else if (type == "symlink") text += " -> " + str(e, "target");
+    else text += "  " + num(e, "size") + " B";
+    text += "\n";
+  }
+  if (text.empty()) text = "(" + str(r, "path") + " is empty)\n";
+  if (r.value("truncated", false)) text += "[list cut at " + std::to_string(r["entries"].size()) + " entries]\n";
+  return text;
+}
+
+std::string stat_text(const json& r) {
+  if (!r.value("exists", false)) return str(r, "path") + " does not exist";
+  std::string text = str(r, "path") + ": " + str(r, "type");
+  if (r.contains("target")) text += " -> " + str(r, "target") + " (" + str(r, "target_type") + ")";
+  text += ", " + num(r, "size") + " bytes, mode " + str(r, "mode") + ", modified " + str(r, "modified_at");
+  return text;
+}
+
+std::string search_text(const json& r) {
+  std::string text;
+  for (const auto& m : r["matches"]) text += str(m, "path") + ":" + num(m, "line") + ":" + str(m, "text") + "\n";
+  text += "[" + std::to_string(r["matches"].size()) + " matches, " + num(r, "files_searched") + " files searched";
+  if (r.value("skipped_binary", 0) > 0) text += ", " + num(r, "skipped_binary") + " binary files skipped";
+  if (r.value("truncated", false)) text += "; more matches exist: narrow the pattern, path or glob, or raise max_results";
+  return text + "]";
+}
+
+void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method, milliseconds timeout,
+               Formatter format) {
+  registry.add(tool, [services, method, timeout, format](const json& args, std::shared_ptr<CallContext> context,
+                                                         ToolReply reply) {
+    call_agent(services, context, reply, {method, agent_params(args), timeout}, format);
+  });
+}
+
+}  // namespace
+
+void register_file_tools(Registry& registry, const Services& services) {
+  const milliseconds normal{60'000}, long_walk{300'000};
+  bind_tool(registry, services, "file_read", "file.read", normal,
+            [](const json& r) { return ToolResult::ok(r, read_text(r)); });
+  bind_tool(registry, services, "file_write", "file.write", normal, [](const json& r) {
+    return ToolResult::ok(r, "Wrote " + num(r, "bytes_written") + " bytes to " + str(r, "path") + " (size now " +
+                                 num(r, "size") + ")");
+  });
+  bind_tool(registry, services, "file_edit", "file.edit", normal, [](const json& r) {
+    std::uint64_t n = r.value("replacements", std::uint64_t{0});
+    return ToolResult::ok(r, "Replaced " + std::to_string(n) + (n == 1 ? " occurrence" : " occurrences") + " in " +
+                                 str(r, "path") + "\n" + str(r, "diff"));
+  });
+  bind_tool(registry, services, "file_list", "file.list", long_walk,
+            [](const json& r) { return ToolResult::ok(r, list_text(r)); });
+  bind_tool(registry, services, "file_stat", "file.stat", normal,
+            [](const json& r) { return ToolResult::ok(r, stat_text(r)); });
+  bind_tool(registry, services, "file_mkdir", "file.mkdir", normal, [](const json& r) {
+    return ToolResult::ok(r, (r.value("created", false) ? "Created directory " : "Directory already exists: ") + str(r, "path"));
+  });
+  bind_tool(registry, services, "file_delete", "file.delete", long_walk, [](const json& r) {
+    return ToolResult::ok(r, "Deleted " + str(r, "path") + " (" + num(r, "entries") + " entries)");
+  });
+  bind_tool(registry, services, "file_move", "file.move", long_walk,
+            [](const json& r) { return ToolResult::ok(r, "Moved " + str(r, "from") + " to " + str(r, "to")); });
+  bind_tool(registry, services, "file_search", "file.search", long_walk,
+            [](const json& r) { return ToolResult::ok(r, search_text(r)); });
+}
+
+}  // namespace agentbox::tools
