@@ -2,6 +2,7 @@
 
 #include "rpc/framing.h"
 #include "rpc/message.h"
+#include "sandbox/bwrap_plan.h"
 
 #include <spdlog/spdlog.h>
 
@@ -122,7 +123,12 @@ void AgentClient::reader_main(LaunchSpec spec) {
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
-    syscall(SYS_close_range, 3u, ~0u, 0u);
+    unsigned first_closed = 3;
+    if (spec.agent_fd >= 0) {
+      dup2(spec.agent_fd, kAgentFdInBwrap);  // dup2 clears close-on-exec
+      first_closed = kAgentFdInBwrap + 1;
+    }
+    syscall(SYS_close_range, first_closed, ~0u, 0u);
     execve(argv[0], argv.data(), envp.data());
     child_fail("bwrap: No such file or directory (cannot execute bwrap)\n");
   }

@@ -36,6 +36,7 @@ struct LaunchSpec {
   std::vector<std::string> cgroup_procs;  // joined by the child before exec
   std::optional<std::pair<unsigned, unsigned>> drop_to;  // host uid/gid when the server is root
   std::string name;                       // for logs
+  int agent_fd = -1;  // kept open in bwrap as kAgentFdInBwrap (the agent binary, for --ro-bind-fd)
 };
 
 class AgentClient : public std::enable_shared_from_this<AgentClient> {

@@ -347,7 +347,9 @@ json ProcessTable::kill(const json& params) {
       throw SandboxError(codes::kInvalidArgument, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
   }
   if (!record->background) throw SandboxError(codes::kInvalidArgument, record->id + " is the output of a finished exec");
-  if (sig == SIGKILL) {
+  if (record->reaper <= 0) {
+    // Lost at a teardown: nothing to signal (and kill(-1) would hit everything).
+  } else if (sig == SIGKILL) {
     {
       std::lock_guard lock(mutex_);
       record->kill_requested = true;
@@ -419,6 +421,23 @@ void ProcessTable::add_exec_output(const std::string& id, const std::string& com
   }
 }
 
+json ProcessTable::adopt_lost(const json& params) {
+  if (!params.contains("processes") || !params["processes"].is_array())
+    throw SandboxError(codes::kInvalidArgument, "process.adopt_lost needs a processes array");
+  std::lock_guard lock(mutex_);
+  for (const auto& p : params["processes"]) {
+    std::string id = require_string(p, "process_id");
+    auto record = std::make_shared<Record>(0, 0);
+    record->id = id;
+    record->command = param_string(p, "command", "");
+    record->status = "lost";
+    records_[id] = record;
+    // New ids continue after the lost ones.
+    if (id.rfind("proc-", 0) == 0) next_id_ = std::max<unsigned>(next_id_, static_cast<unsigned>(std::atoi(id.c_str() + 5)) + 1);
+  }
+  return {{"adopted", params["processes"].size()}};
+}
+
 std::vector<std::string> ProcessTable::background_ids() {
   std::lock_guard lock(mutex_);
   std::vector<std::string> ids;
@@ -442,6 +461,7 @@ void ProcessTable::kill_all() {
 void register_process_methods(MethodTable& table, ProcessTable& p) {
   table["process.start"] = [&p](AgentRequest& r) { return p.start(r.params()); };
   table["process.list"] = [&p](AgentRequest&) { return p.list(); };
+  table["process.adopt_lost"] = [&p](AgentRequest& r) { return p.adopt_lost(r.params()); };
   table["process.output"] = [&p](AgentRequest& r) { return p.output(r); };
   table["process.wait"] = [&p](AgentRequest& r) { return p.wait(r); };
   table["process.kill"] = [&p](AgentRequest& r) { return p.kill(r.params()); };

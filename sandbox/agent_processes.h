@@ -45,6 +45,9 @@ class ProcessTable {
   void add_exec_output(const std::string& id, const std::string& command, OutputBuffer out, OutputBuffer err,
                        int exit_code);
   std::vector<std::string> background_ids();
+  // Records processes a teardown ended (status "lost"), so process_list
+  // after a restore says what happened to them.
+  json adopt_lost(const json& params);
   void kill_all();
 
   static constexpr std::size_t kMaxBackground = 64;

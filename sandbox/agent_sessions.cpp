@@ -9,6 +9,8 @@
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -44,7 +46,7 @@ __ab_save() {
     builtin printf 'builtin cd -- %q\n' "$PWD"
   } >"$__ab_dir/state" 2>/dev/null
 }
-__ab_done() { builtin printf '%s\0%s\0' "$1" "$PWD"; __ab_save; }
+__ab_done() { builtin printf '%s\0%s\0' "$1" "$PWD"; __ab_save; builtin printf 's\0'; }
 )";
 
 int open_fifo(const std::string& path) {
@@ -65,7 +67,11 @@ struct Sessions::Session {
   std::mutex run;  // one command at a time; everything below is guarded by it
   Spawned shell;
   int control_fd = -1;  // the shell's stdin
-  int report_fd = -1;   // the shell's stdout: "<exit code>\0<cwd>\0" per command
+  // The shell's stdout: "<exit code>\0<cwd>\0" when a command ends, then
+  // "s\0" once its state is saved (the save runs after the reply).
+  int report_fd = -1;
+  std::string report_bytes;  // read but not yet consumed
+  int saves_pending = 0;     // commands reported whose "s\0" has not been read
   unsigned seq = 0;
   std::string cwd;      // guarded by Sessions::mutex_
   bool deleted = false;  // guarded by Sessions::mutex_
@@ -92,7 +98,15 @@ struct Sessions::Run {
 Sessions::Sessions(const AgentConfig& config, IoLoop& io, ProcessTable& processes)
     : config_(config), io_(io), processes_(processes) {
   mkdir((std::string(kRuntimeDir) + "/s").c_str(), 0700);
-  add("default", "/workspace", {});
+  auto session = add("default", "/workspace", {});
+  // The default shell starts now, while the server is still waiting for the
+  // hello: a conversation's first exec then finds it ready instead of paying
+  // bash's start-up on top of the sandbox's.
+  try {
+    start_shell(*session);
+  } catch (const SandboxError&) {
+    // The first exec tries again and reports the reason.
+  }
 }
 
 Sessions::~Sessions() { kill_all(); }
@@ -179,10 +193,92 @@ json Sessions::remove(const json& params) {
   return {{"deleted", true}, {"session", name}};
 }
 
+json Sessions::export_state() {
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, s] : sessions_) all.push_back(s);
+  }
+  json list = json::array();
+  for (const auto& s : all) {
+    // The shell rewrites its state just after replying; the cd line comes
+    // last, so a file without it is read again a moment later.
+    std::string state;
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      std::ifstream in(s->dir + "/state", std::ios::binary);
+      state.assign(std::istreambuf_iterator<char>(in), {});
+      if (state.find("builtin cd -- ") != std::string::npos && !state.empty() && state.back() == '\n') break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard lock(mutex_);
+    list.push_back({{"session", s->name}, {"cwd", s->cwd}, {"state", state}});
+  }
+  return {{"sessions", list}};
+}
+
+json Sessions::import_state(const json& params) {
+  if (!params.contains("sessions") || !params["sessions"].is_array())
+    throw SandboxError(codes::kInvalidArgument, "session.import needs a sessions array");
+  for (const auto& entry : params["sessions"]) {
+    std::string name = require_string(entry, "session");
+    std::string cwd = param_string(entry, "cwd", "/workspace");
+    std::shared_ptr<Session> s;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = sessions_.find(name); it != sessions_.end()) s = it->second;
+    }
+    if (!s) s = add(name, cwd, {});
+    std::lock_guard run(s->run);
+    stop_shell(*s);  // the next command starts a shell from the imported state
+    write_text_file(s->dir + "/state", param_string(entry, "state", "builtin cd -- " + shell_quote(cwd) + "\n"));
+    std::lock_guard lock(mutex_);
+    s->cwd = cwd;
+  }
+  return list();
+}
+
 SessionContext Sessions::context(const std::string& name) {
   auto s = get(name);
   std::lock_guard lock(mutex_);
   return {s->dir + "/state", s->cwd};
+}
+
+SessionContext Sessions::settled_context(const std::string& name) {
+  auto s = get(name);
+  // Queued behind a command running in the session, like a second exec.
+  std::lock_guard run(s->run);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (s->saves_pending > 0 && s->report_fd >= 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd fd{s->report_fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&fd, 1, static_cast<int>(left.count())) <= 0) break;
+    std::string ignored;
+    if (!read_report(*s, ignored)) break;
+  }
+  std::lock_guard lock(mutex_);
+  return {s->dir + "/state", s->cwd};
+}
+
+bool Sessions::read_report(Session& s, std::string& report) {
+  char buf[4096];
+  ssize_t got = read(s.report_fd, buf, sizeof buf);
+  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (got <= 0) return false;
+  s.report_bytes.append(buf, static_cast<std::size_t>(got));
+  std::size_t start = 0, nul;
+  while ((nul = s.report_bytes.find('\0', start)) != std::string::npos) {
+    std::string_view token(s.report_bytes.data() + start, nul - start);
+    if (token == "s") {
+      --s.saves_pending;
+    } else {
+      // An exit code, then a cwd (always absolute, so never "s").
+      report.append(token).push_back('\0');
+      if (!token.empty() && token.front() == '/') ++s.saves_pending;
+    }
+    start = nul + 1;
+  }
+  s.report_bytes.erase(0, start);
+  return true;
 }
 
 void Sessions::start_shell(Session& s) {
@@ -222,6 +318,8 @@ void Sessions::stop_shell(Session& s) {
     *fd = -1;
   }
   s.shell = Spawned{};
+  s.report_bytes.clear();
+  s.saves_pending = 0;
 }
 
 namespace {
@@ -349,14 +447,8 @@ json Sessions::exec(AgentRequest& request) {
       break;
     }
     if (fds[0].revents) {
-      char buf[4096];
-      ssize_t got = read(s->report_fd, buf, sizeof buf);
-      if (got > 0) {
-        run.report.append(buf, static_cast<std::size_t>(got));
-        run.reported = std::count(run.report.begin(), run.report.end(), '\0') >= 2;
-      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        report_open = false;
-      }
+      report_open = read_report(*s, run.report);
+      run.reported = std::count(run.report.begin(), run.report.end(), '\0') >= 2;
     }
     if (fds[4].revents && !run.reported) {
       int status = read_wait_status(s->shell.status_fd);
@@ -457,6 +549,8 @@ void register_session_methods(MethodTable& table, Sessions& sessions) {
   table["session.create"] = [&sessions](AgentRequest& r) { return sessions.create(r.params()); };
   table["session.list"] = [&sessions](AgentRequest&) { return sessions.list(); };
   table["session.delete"] = [&sessions](AgentRequest& r) { return sessions.remove(r.params()); };
+  table["session.export"] = [&sessions](AgentRequest&) { return sessions.export_state(); };
+  table["session.import"] = [&sessions](AgentRequest& r) { return sessions.import_state(r.params()); };
   table["exec"] = [&sessions](AgentRequest& r) { return sessions.exec(r); };
 }
 

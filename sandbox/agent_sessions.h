@@ -34,8 +34,17 @@ class Sessions {
   json create(const json& params);
   json list();
   json remove(const json& params);
+  // Sessions' saved state, for the server to keep across teardown and
+  // restarts: {"sessions":[{"session","cwd","state"}]}; import recreates them.
+  json export_state();
+  json import_state(const json& params);
   json exec(AgentRequest& request);
+  // The session's cwd and state file, for file operations (no waiting).
   SessionContext context(const std::string& name);
+  // The same for process_start: waits for a command running in the session
+  // and for the state it leaves to be saved, so the process sees the session
+  // as the next exec would.
+  SessionContext settled_context(const std::string& name);
   std::vector<std::string> names();
   void kill_all();
 
@@ -48,6 +57,9 @@ class Sessions {
   void start_shell(Session& session);
   void stop_shell(Session& session);
   json finish(Session& session, Run& run, AgentRequest& request);
+  // Reads the shell's report pipe: exit code and cwd tokens go to report,
+  // save markers are counted off. False at EOF or error.
+  bool read_report(Session& session, std::string& report);
 
   const AgentConfig& config_;
   IoLoop& io_;

@@ -68,7 +68,8 @@ std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
   add({"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"});
   // /run is private and empty: the host's sockets (docker, dbus, systemd) stay outside.
   add({"--tmpfs", "/run", "--perms", "0700", "--dir", "/run/agentbox"});
-  add({"--ro-bind", o.agent_binary.string(), kAgentPathInside});
+  if (o.agent_fd >= 0) add({"--ro-bind-fd", std::to_string(o.agent_fd), kAgentPathInside});
+  else add({"--ro-bind", o.agent_binary.string(), kAgentPathInside});
   add({"--bind", o.dirs.workspace().string(), "/workspace"});
   add({"--bind", o.dirs.home().string(), "/home/user"});
   add({"--bind", o.dirs.tmp().string(), "/tmp"});

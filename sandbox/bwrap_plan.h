@@ -28,11 +28,17 @@ struct BwrapOptions {
   unsigned inner_uid = 1000;         // the uid sandboxed code sees
   unsigned inner_gid = 1000;
   std::filesystem::path agent_binary;  // host path of the agent executable
+  // When >= 0, the agent is bound from this fd of bwrap's (--ro-bind-fd)
+  // instead of by path: the sandbox user need not be able to reach the path,
+  // so the binary is never copied (see LaunchSpec::agent_fd).
+  int agent_fd = -1;
   std::vector<std::string> agent_args;  // arguments after the binary ("agent", limits...)
 };
 
 // Where the agent binary appears inside the sandbox.
 inline constexpr const char* kAgentPathInside = "/run/agentbox-bin/agentbox";
+// The fd number bwrap finds the agent binary on when it is passed by fd.
+inline constexpr int kAgentFdInBwrap = 3;
 
 // Host /etc files never shown inside (bound over with an empty file).
 const std::vector<std::string>& masked_etc_files();

@@ -21,6 +21,9 @@ inline constexpr const char* kInvalidArgument = "INVALID_ARGUMENT";
 inline constexpr const char* kSpawnFailed = "SPAWN_FAILED";
 inline constexpr const char* kAgentTimeout = "AGENT_TIMEOUT";
 inline constexpr const char* kInternal = "INTERNAL";
+inline constexpr const char* kSnapshotFailed = "SNAPSHOT_FAILED";      // could not write a snapshot
+inline constexpr const char* kSnapshotNotFound = "SNAPSHOT_NOT_FOUND";
+inline constexpr const char* kRestoreFailed = "RESTORE_FAILED";        // corrupt, malicious or missing archive
 }  // namespace codes
 
 class SandboxError : public std::runtime_error {

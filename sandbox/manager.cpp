@@ -1,9 +1,11 @@
 #include "sandbox/manager.h"
 
+#include "persistence/recovery.h"
+
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
 #include <fstream>
-#include <random>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,35 +15,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string random_id() {
-  std::random_device rd;
-  std::uniform_int_distribution<int> hex(0, 15);
-  std::string id;
-  for (int i = 0; i < 12; ++i) id += "0123456789abcdef"[hex(rd)];
-  return id;
-}
-
 void make_dir(const fs::path& dir, mode_t mode) {
   if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
     throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot create " + dir.string(), errno));
   chmod(dir.c_str(), mode);
 }
 
-// Whether a user other than the owner can reach and run path (o+x on every
-// parent, o+rx on the file): the sandbox user must, to start the agent.
-bool reachable_by_others(const fs::path& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || (st.st_mode & 05) != 05) return false;
-  for (fs::path p = path.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
-    if (stat(p.c_str(), &st) != 0 || !(st.st_mode & S_IXOTH)) return false;
-  }
-  return true;
+// The agent to run when none is configured: agentbox-agent next to this
+// binary (small and static, docs/sandbox.md "Performance"), else this
+// binary itself in agent mode.
+fs::path default_agent() {
+  fs::path self = fs::read_symlink("/proc/self/exe");
+  fs::path lean = self.parent_path() / "agentbox-agent";
+  return access(lean.c_str(), X_OK) == 0 ? lean : self;
 }
 
 }  // namespace
 
 std::string Sandbox::state() const {
   std::lock_guard lock(mutex_);
+  if (!phase_.empty()) return phase_;
   if (client_ && client_->alive()) return "active";
   return client_ && !client_->stopped() ? "failed" : "stopped";
 }
@@ -49,6 +42,11 @@ std::string Sandbox::state() const {
 std::shared_ptr<AgentClient> Sandbox::client() const {
   std::lock_guard lock(mutex_);
   return client_;
+}
+
+bool Sandbox::running() const {
+  std::lock_guard lock(mutex_);
+  return client_ && client_->alive();
 }
 
 std::uint64_t Sandbox::workspace_bytes() const {
@@ -86,18 +84,36 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   // its own directory when bwrap binds it.
   if (root_) chmod(options_.state_dir.c_str(), 0711);
   make_dir(options_.state_dir / "sandboxes", root_ ? 0711 : 0700);
-  agent_binary_ = options_.agent_binary.empty() ? fs::read_symlink("/proc/self/exe") : options_.agent_binary;
-  if (root_ && !reachable_by_others(agent_binary_)) {
-    // bwrap runs as the sandbox user and must open the binary to bind it.
-    fs::path copy = options_.state_dir / "bin" / "agentbox";
-    make_dir(copy.parent_path(), 0711);
-    fs::copy_file(agent_binary_, copy, fs::copy_options::overwrite_existing);
-    chmod(copy.c_str(), 0755);
-    agent_binary_ = copy;
+  layout_.root = options_.state_dir;
+  make_dir(options_.state_dir / "snapshots", 0700);
+  make_dir(options_.state_dir / "locks", 0700);
+  try {
+    catalog_ = std::make_unique<persistence::Catalog>(layout_.catalog());
+  } catch (const persistence::CatalogError& e) {
+    throw SandboxError(codes::kSandboxStartFailed, e.what());
   }
+  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_);
+  auto report = persistence::recover(layout_, *catalog_);
+  for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
+  for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
+  agent_binary_ = options_.agent_binary.empty() ? default_agent() : options_.agent_binary;
+  // bwrap binds the agent from this fd: when bwrap runs as the sandbox user,
+  // that user need not be able to reach the binary's path.
+  agent_fd_ = open(agent_binary_.c_str(), O_PATH | O_CLOEXEC);
+  if (agent_fd_ < 0)
+    throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot open the agent " + agent_binary_.string(), errno));
+  idle_thread_ = std::thread([this] { idle_main(); });
 }
 
-Manager::~Manager() { shutdown(); }
+Manager::~Manager() {
+  shutdown();
+  close(agent_fd_);
+}
+
+std::optional<std::pair<unsigned, unsigned>> Manager::owner() const {
+  if (!root_) return std::nullopt;
+  return std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+}
 
 std::size_t Manager::running() const {
   std::lock_guard lock(mutex_);
@@ -106,23 +122,41 @@ std::size_t Manager::running() const {
   return n;
 }
 
-Lease Manager::acquire(const std::string& conversation) {
-  std::lock_guard lock(mutex_);
-  auto it = sandboxes_.find(conversation);
+Lease Manager::acquire(const std::string& conversation, const ProgressFn& progress) {
+  auto sandbox = entry(conversation);
+  std::lock_guard life(sandbox->lifecycle_);
   std::string notice;
-  std::shared_ptr<Sandbox> sandbox;
-  if (it != sandboxes_.end() && it->second->state() == "active") {
-    sandbox = it->second;
-  } else {
-    std::shared_ptr<Sandbox> previous = it != sandboxes_.end() ? it->second : nullptr;
-    if (previous) {
-      auto client = previous->client();
-      std::string reason = client ? client->death_reason() : "";
+  if (!sandbox->running()) {
+    take_lock(*sandbox);
+    auto record = catalog_->find_sandbox(sandbox->id());
+    if (!record) {
+      // Destroyed by another server since this one last looked: start over.
+      {
+        std::lock_guard lock(mutex_);
+        sandboxes_.erase(conversation);
+      }
+      release_lock(*sandbox);
+      throw SandboxError(codes::kSandboxBusy, "this conversation's sandbox was just destroyed by another agentbox "
+                                              "server on the same state directory; call again for a fresh one");
+    }
+    auto client = sandbox->client();
+    bool died = client && !client->stopped();
+    if (record->state == "stopped") {
+      auto snapshot = record->restore_snapshot.empty() ? catalog_->latest_snapshot(sandbox->id())
+                                                       : catalog_->find_snapshot(record->restore_snapshot);
+      if (snapshot) notice = restore_locked(*sandbox, *snapshot, progress, "stopped");
+      else spdlog::warn("sandbox {} is stopped but has no snapshot; starting it on what is on disk", sandbox->id());
+    } else if (died) {
+      std::string reason = client->death_reason();
       notice = "this conversation's sandbox had stopped (" + (reason.empty() ? "unknown reason" : reason) +
-               ") and was restarted: shell sessions, their variables and running processes are gone; "
+               ") and was restarted: running processes are gone and sessions are back as last saved; "
                "files in /workspace and /home/user are kept";
     }
-    sandbox = start_locked(conversation, previous);
+    {
+      std::lock_guard lock(mutex_);
+      start_locked(*sandbox);
+    }
+    bring_back(*sandbox, *record);
   }
   std::lock_guard slock(sandbox->mutex_);
   ++sandbox->in_use_;
@@ -171,13 +205,10 @@ void Manager::evict_if_full_locked() {
   stop(*oldest);
 }
 
-std::shared_ptr<Sandbox> Manager::start_locked(const std::string& conversation, std::shared_ptr<Sandbox> previous) {
+void Manager::start_locked(Sandbox& sandbox_ref) {
   evict_if_full_locked();
-  auto sandbox = std::make_shared<Sandbox>();
-  sandbox->conversation_ = conversation;
-  sandbox->id_ = previous ? previous->id() : random_id();
-  sandbox->dirs_.root = options_.state_dir / "sandboxes" / sandbox->id_;
-  if (previous) stop(*previous);
+  Sandbox* sandbox = &sandbox_ref;
+  stop(*sandbox);  // what a dead agent left (its cgroup)
 
   BwrapOptions plan;
   plan.bwrap = options_.bwrap;
@@ -185,10 +216,15 @@ std::shared_ptr<Sandbox> Manager::start_locked(const std::string& conversation, 
   plan.state_dir = options_.state_dir;
   plan.network_host = options_.network_host;
   plan.agent_binary = agent_binary_;
+  plan.agent_fd = kAgentFdInBwrap;
   prepare_dirs(*sandbox, plan);
 
   std::string why;
-  sandbox->cgroup_ = Cgroup::create(cgroups_, "sandbox-" + sandbox->id_, options_.limits, why);
+  auto cgroup = Cgroup::create(cgroups_, "sandbox-" + sandbox->id_, options_.limits, why);
+  {
+    std::lock_guard slock(sandbox->mutex_);
+    sandbox->cgroup_ = std::move(cgroup);
+  }
   if (!sandbox->cgroup_ && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", sandbox->id_, why);
   plan.agent_args = options_.agent_args;
   auto limit_args = agent_limit_args(options_.limits, sandbox->cgroup_ && sandbox->cgroup_->limits_memory());
@@ -200,11 +236,15 @@ std::shared_ptr<Sandbox> Manager::start_locked(const std::string& conversation, 
   if (sandbox->cgroup_) spec.cgroup_procs = sandbox->cgroup_->procs_files();
   if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
   spec.name = sandbox->id_;
+  spec.agent_fd = agent_fd_;
   spdlog::debug("sandbox {}: {}", sandbox->id_, printable_command(spec.argv));
-  sandbox->client_ = AgentClient::start(std::move(spec), options_.start_timeout);
-  sandboxes_[conversation] = sandbox;
-  spdlog::info("sandbox {} started for conversation '{}'", sandbox->id_, conversation);
-  return sandbox;
+  auto client = AgentClient::start(std::move(spec), options_.start_timeout);
+  {
+    std::lock_guard slock(sandbox->mutex_);
+    sandbox->previous_client_ = std::move(sandbox->client_);
+    sandbox->client_ = std::move(client);
+  }
+  spdlog::info("sandbox {} started for conversation '{}'", sandbox->id_, sandbox->conversation_);
 }
 
 void Manager::stop(Sandbox& sandbox) {
@@ -217,33 +257,6 @@ void Manager::stop(Sandbox& sandbox) {
   }
   if (client) client->stop();
   cgroup.reset();  // kills stragglers and removes the group
-}
-
-bool Manager::destroy(const std::string& conversation) {
-  std::shared_ptr<Sandbox> sandbox;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(conversation);
-    if (it != sandboxes_.end()) {
-      sandbox = it->second;
-      sandboxes_.erase(it);
-    }
-  }
-  if (!sandbox) return false;
-  stop(*sandbox);
-  std::error_code ec;
-  fs::remove_all(sandbox->dirs().root, ec);
-  if (ec) spdlog::warn("sandbox {}: cannot remove {}: {}", sandbox->id(), sandbox->dirs().root.string(), ec.message());
-  return true;
-}
-
-void Manager::shutdown() {
-  std::map<std::string, std::shared_ptr<Sandbox>> all;
-  {
-    std::lock_guard lock(mutex_);
-    all.swap(sandboxes_);
-  }
-  for (auto& [conversation, sandbox] : all) stop(*sandbox);
 }
 
 }  // namespace agentbox::sandbox

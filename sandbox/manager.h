@@ -1,16 +1,32 @@
 // Conversations to sandboxes. The manager starts a sandbox on a
 // conversation's first call, keeps at most max_sandboxes running (the least
-// recently used idle one is torn down to make room), restarts a sandbox whose
+// recently used idle one is stopped to make room), restarts a sandbox whose
 // agent died (telling the next caller what was lost), and destroys them.
-// The map lives in memory for now; the persistence issue adds the catalog.
+//
+// Persistence (docs/persistence.md): the conversation → sandbox mapping,
+// sessions and snapshots live in the catalog under the state directory, so
+// a restarted server finds the same workspace and sessions. A sandbox idle
+// for idle_timeout (no call, no foreground command; background processes
+// keep it up to background_keepalive) is snapshotted, stopped and its live
+// directories removed; the next call restores it transparently. One server
+// drives a sandbox at a time (a flock per sandbox); another waits up to
+// lock_wait, then gets SANDBOX_BUSY.
 #pragma once
+
+#include "persistence/catalog.h"
+#include "persistence/sandbox_lock.h"
+#include "persistence/store.h"
 
 #include "sandbox/agent_client.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/limits.h"
 
+#include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,28 +41,41 @@ struct ManagerOptions {
   std::size_t max_sandboxes = 8;
   std::string bwrap = "/usr/bin/bwrap";
   // The agent executable and the arguments that select agent mode; empty
-  // means this very binary with "agent".
+  // means agentbox-agent next to this binary, else this binary with "agent".
   std::filesystem::path agent_binary;
   std::vector<std::string> agent_args = {"agent"};
   // Host uid/gid sandboxes run as when the server is root (unprivileged).
   unsigned sandbox_uid = 65534;
   unsigned sandbox_gid = 65534;
   std::chrono::milliseconds start_timeout{10'000};
+  // Snapshot and stop a sandbox idle this long; zero never does.
+  std::chrono::milliseconds idle_timeout{10 * 60 * 1000};
+  // Running background processes keep a sandbox from idling for this long
+  // after the last call, at most.
+  std::chrono::milliseconds background_keepalive{60 * 60 * 1000};
+  // Unlabelled snapshots kept per sandbox (labelled ones are always kept).
+  std::size_t keep_snapshots = 5;
+  // How long a call waits for a sandbox another server drives.
+  std::chrono::milliseconds lock_wait{10'000};
 };
+
+// Reports progress of a long restore or snapshot (bytes done, total if known).
+using ProgressFn = std::function<void(double done, std::optional<double> total, const std::string& message)>;
 
 class Sandbox {
  public:
   const std::string& id() const { return id_; }
   const std::string& conversation() const { return conversation_; }
   const SandboxDirs& dirs() const { return dirs_; }
-  // "active", "stopped" (torn down by the server) or "failed" (the agent
-  // died); DESIGN.md section 8 vocabulary.
+  // "active", "snapshotting", "restoring", "stopped" (torn down) or
+  // "failed" (the agent died); DESIGN.md section 8 vocabulary.
   std::string state() const;
   std::shared_ptr<AgentClient> client() const;
   // Bytes under /workspace (walks the tree).
   std::uint64_t workspace_bytes() const;
 
  private:
+  bool running() const;  // the agent is alive
   friend class Manager;
   friend class Lease;
   std::string id_;
@@ -57,6 +86,20 @@ class Sandbox {
   std::unique_ptr<Cgroup> cgroup_;
   std::chrono::steady_clock::time_point last_used_;
   int in_use_ = 0;
+  // Held while starting, snapshotting, restoring or tearing down; taken
+  // before mutex_ (never the other way).
+  std::mutex lifecycle_;
+  std::string phase_;  // "snapshotting" or "restoring" while that runs; guarded by mutex_
+  bool torn_down_ = false;  // stopped by an idle teardown (restore on next call); guarded by mutex_
+  persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
+  std::chrono::steady_clock::time_point sessions_saved_;
+  std::shared_ptr<AgentClient> previous_client_;  // outlives a restart, for leases still holding it
+};
+
+// What a snapshot call returns.
+struct SnapshotInfo {
+  persistence::SnapshotRecord record;
+  std::chrono::milliseconds duration{0};
 };
 
 // A sandbox held for one call; releases on destruction (for LRU accounting).
@@ -82,32 +125,73 @@ class Manager {
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
 
-  // The conversation's running sandbox, started (or restarted) as needed.
-  // Throws SandboxError(SANDBOX_START_FAILED) with a plain explanation.
-  Lease acquire(const std::string& conversation);
-  // The sandbox if it exists, without starting one.
+  // The conversation's running sandbox, started, restored from its snapshot
+  // (after an idle teardown) or restarted as needed; the lease's notice says
+  // what happened. Throws SandboxError (SANDBOX_START_FAILED, SANDBOX_BUSY,
+  // SNAPSHOT_FAILED) with a plain explanation.
+  Lease acquire(const std::string& conversation, const ProgressFn& progress = {});
+  // The sandbox if it runs in this server, without starting one.
   std::shared_ptr<Sandbox> find(const std::string& conversation);
-  // Stops the sandbox and deletes its directories. False when there was none.
-  bool destroy(const std::string& conversation);
-  // Stops every sandbox, keeping their directories (server shutdown).
+  // Stops the sandbox and deletes its directories (and its snapshots unless
+  // keep_snapshots). False when there was none.
+  bool destroy(const std::string& conversation, bool keep_snapshots = false);
+  // Stops every sandbox, keeping their directories (server shutdown); the
+  // sessions are saved first. Returns within about a second.
   void shutdown();
+
+  // Snapshots the conversation's workspace and home (starting the sandbox
+  // if needed); labelled snapshots are kept by retention.
+  SnapshotInfo snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress = {});
+  // Replaces the workspace and home with a snapshot (the latest when id is
+  // empty), killing running processes first. Returns the snapshot restored.
+  SnapshotInfo restore(const std::string& conversation, const std::string& snapshot_id,
+                       const ProgressFn& progress = {});
+  std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation);
+  // The catalog's view of a conversation's sandbox (none if it never had one).
+  std::optional<persistence::SandboxRecord> record(const std::string& conversation);
+  // Idle teardown now, whatever the timer says (tests, the idle thread).
+  // False when the sandbox is in use or not running.
+  bool teardown(const std::string& conversation);
+
+  persistence::Catalog& catalog() { return *catalog_; }
+  const persistence::StateLayout& layout() const { return layout_; }
 
   const ManagerOptions& options() const { return options_; }
   const CgroupSupport& cgroups() const { return cgroups_; }
   std::size_t running() const;
 
  private:
-  std::shared_ptr<Sandbox> start_locked(const std::string& conversation, std::shared_ptr<Sandbox> previous);
+  // Starts the sandbox's agent on its directories (mutex_ held).
+  void start_locked(Sandbox& sandbox);
   void prepare_dirs(const Sandbox& sandbox, const BwrapOptions& plan);
   void evict_if_full_locked();
   void stop(Sandbox& sandbox);
+  std::shared_ptr<Sandbox> entry(const std::string& conversation);
+  void take_lock(Sandbox& sandbox);
+  void release_lock(Sandbox& sandbox);
+  void save_sessions(Sandbox& sandbox, std::chrono::milliseconds timeout);
+  void bring_back(Sandbox& sandbox, const persistence::SandboxRecord& record);
+  std::string restore_locked(Sandbox& sandbox, const persistence::SnapshotRecord& snapshot, const ProgressFn& progress,
+                             const std::string& state_on_failure);
+  void record_lost_processes(Sandbox& sandbox);
+  bool teardown(const std::shared_ptr<Sandbox>& sandbox);
+  void idle_main();
+  std::optional<std::pair<unsigned, unsigned>> owner() const;
 
   ManagerOptions options_;
   CgroupSupport cgroups_;
   bool root_ = false;
   std::filesystem::path agent_binary_;
+  int agent_fd_ = -1;  // O_PATH fd of agent_binary_, bound into each sandbox by bwrap
   mutable std::mutex mutex_;  // guards sandboxes_; held while a sandbox starts
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  persistence::StateLayout layout_;
+  std::unique_ptr<persistence::Catalog> catalog_;
+  std::unique_ptr<persistence::SnapshotStore> store_;
+  std::mutex idle_mutex_;
+  std::condition_variable idle_wake_;
+  bool stopping_ = false;  // guarded by idle_mutex_
+  std::thread idle_thread_;
 };
 
 }  // namespace agentbox::sandbox

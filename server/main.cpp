@@ -65,6 +65,9 @@ int serve(const std::vector<std::string>& args) {
   sandbox::ManagerOptions sandbox_options;
   sandbox_options.state_dir = options->state_dir;
   sandbox_options.network_host = options->network == "host";
+  sandbox_options.idle_timeout = options->idle_timeout;
+  sandbox_options.background_keepalive = options->background_keepalive;
+  sandbox_options.keep_snapshots = options->keep_snapshots;
   sandbox::Manager sandboxes(sandbox_options);
 
   tools::Registry registry;

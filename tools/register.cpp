@@ -7,6 +7,7 @@ void register_exec_tool(Registry& registry, const Services& services);
 void register_session_tools(Registry& registry, const Services& services);
 void register_process_tools(Registry& registry, const Services& services);
 void register_file_tools(Registry& registry, const Services& services);
+void register_snapshot_tools(Registry& registry, const Services& services);
 void register_debug_tools(Registry& registry);
 
 void register_all(Registry& registry, const Services& services) {
@@ -14,6 +15,7 @@ void register_all(Registry& registry, const Services& services) {
   register_exec_tool(registry, services);
   register_session_tools(registry, services);
   register_process_tools(registry, services);
+  register_snapshot_tools(registry, services);
   register_file_tools(registry, services);
   if (services.test_tools) register_debug_tools(registry);
 }

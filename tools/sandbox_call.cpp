@@ -29,7 +29,12 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
   std::thread([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
     std::shared_ptr<sandbox::Lease> lease;
     try {
-      lease = std::make_shared<sandbox::Lease>(manager->acquire(context->conversation()));
+      // A stopped sandbox is restored first; a long restore reports progress.
+      lease = std::make_shared<sandbox::Lease>(manager->acquire(
+          context->conversation(),
+          [context](double done, std::optional<double> total, const std::string& message) {
+            context->progress(done, total, message);
+          }));
     } catch (const SandboxError& e) {
       reply(error_result(e));
       return;

@@ -33,6 +33,9 @@ json agent_params(const json& arguments);
 
 ToolResult error_result(const sandbox::SandboxError& error);
 
+// A snapshot as tools show it (snapshot_list, sandbox_status).
+json snapshot_json(const persistence::SnapshotRecord& snapshot);
+
 // Manager or a SANDBOX_UNAVAILABLE error result.
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply);
 

@@ -12,13 +12,23 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
   json status = {{"conversation", conversation}, {"sandbox", nullptr}, {"state", "none"},
                  {"sessions", json::array()},    {"processes", json::array()}, {"workspace_bytes", 0},
                  {"last_snapshot", nullptr}};
-  auto sandbox = manager ? manager->find(conversation) : nullptr;
+  if (!manager) return status;
+  // The catalog knows sandboxes this server has not started (stopped at idle,
+  // or left by an earlier server); the status never starts or restores one.
+  auto record = manager->record(conversation);
+  if (!record) return status;
+  status["sandbox"] = record->id;
+  status["state"] = record->state == "active" ? "stopped" : record->state;
+  auto snapshots = manager->snapshots(conversation);
+  if (!snapshots.empty()) status["last_snapshot"] = snapshot_json(snapshots.front());
+  for (const auto& s : manager->catalog().sessions(record->id)) status["sessions"].push_back(s.name);
+  auto sandbox = manager->find(conversation);
   if (!sandbox) return status;
-  status["sandbox"] = sandbox->id();
-  status["state"] = sandbox->state();
-  status["workspace_bytes"] = sandbox->workspace_bytes();
+  std::string state = sandbox->state();
+  if (state != "stopped" || record->state != "stopped") status["state"] = state;
+  if (state != "stopped") status["workspace_bytes"] = sandbox->workspace_bytes();
   auto client = sandbox->client();
-  if (client && client->alive()) {
+  if (client && client->alive() && state == "active") {
     try {
       json agent = client->call("status", json::object(), std::chrono::seconds(10));
       status["sessions"] = agent.value("sessions", json::array());
@@ -43,19 +53,32 @@ void register_sandbox_tools(Registry& registry, const Services& services) {
                              : "Sandbox " + status["sandbox"].get<std::string>() + " is " +
                                    status["state"].get<std::string>() + "; sessions: " + status["sessions"].dump() +
                                    "; processes: " + status["processes"].dump() + "; workspace " +
-                                   std::to_string(status["workspace_bytes"].get<std::uint64_t>()) + " bytes";
+                                   std::to_string(status["workspace_bytes"].get<std::uint64_t>()) + " bytes" +
+                                   (status["last_snapshot"].is_null()
+                                        ? "; no snapshot"
+                                        : "; last snapshot " + status["last_snapshot"]["snapshot"].get<std::string>() +
+                                              " at " + status["last_snapshot"]["created_at"].get<std::string>());
       reply(ToolResult::ok(status, text));
     }).detach();
   });
-  registry.add("sandbox_destroy", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
+  registry.add("sandbox_destroy", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
     sandbox::Manager* manager = manager_or_reply(services, reply);
     if (!manager) return;
-    std::thread([manager, context, reply] {
-      auto sandbox = manager->find(context->conversation());
-      json id = sandbox ? json(sandbox->id()) : json(nullptr);
-      bool destroyed = manager->destroy(context->conversation());
-      reply(ToolResult::ok({{"destroyed", destroyed}, {"sandbox", id}},
-                           destroyed ? "Destroyed the sandbox and its files." : "There was no sandbox to destroy."));
+    bool keep = args.value("keep_snapshots", false);
+    std::thread([manager, context, reply, keep] {
+      try {
+        auto record = manager->record(context->conversation());
+        json id = record ? json(record->id) : json(nullptr);
+        std::size_t kept = keep ? manager->snapshots(context->conversation()).size() : 0;
+        bool destroyed = manager->destroy(context->conversation(), keep);
+        std::string text = !destroyed ? "There was no sandbox to destroy."
+                           : keep     ? "Destroyed the sandbox and its files; kept " + std::to_string(kept) +
+                                        " snapshot(s), which sandbox_restore can bring back."
+                                      : "Destroyed the sandbox, its files and its snapshots.";
+        reply(ToolResult::ok({{"destroyed", destroyed}, {"sandbox", id}, {"snapshots_kept", kept}}, text));
+      } catch (const sandbox::SandboxError& e) {
+        reply(error_result(e));
+      }
     }).detach();
   });
 }

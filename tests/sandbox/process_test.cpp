@@ -2,6 +2,9 @@
 // and patterns, wait for exit or a port, signals, stdin, bounded buffers.
 #include "fixture.h"
 
+#include <future>
+#include <thread>
+
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 
@@ -25,6 +28,35 @@ TEST_CASE("a background process runs, is listed, and its output stays readable a
   CHECK(out["next_offset"] == 19);
   auto again = f.call("process.output", {{"process_id", id}, {"offset", 15}});
   CHECK(again["stdout"] == "bye\n");
+}
+
+TEST_CASE("process_start queues behind a running exec and sees the state it leaves") {
+  SandboxFixture f;
+  for (int round = 0; round < 5; ++round) {
+    // The exec's state is saved after its reply: a process started at once
+    // must still see it, not the state before.
+    std::string dir = "/workspace/d" + std::to_string(round);
+    f.exec("mkdir -p " + dir + " && cd " + dir + " && export ROUND=" + std::to_string(round) +
+           "; big_fn_" + std::to_string(round) + "() { echo fn; }");
+    auto started = f.call("process.start", {{"command", "echo \"$PWD $ROUND $(big_fn_" + std::to_string(round) + ")\""}});
+    auto out = f.call("process.output", {{"process_id", started["process_id"]}, {"wait_ms", 5000}, {"pattern", "fn"}});
+    CHECK(out["stdout"] == dir + " " + std::to_string(round) + " fn\n");
+  }
+  // A process started while a command runs in the same session waits for it.
+  auto running = std::async(std::launch::async, [&] { return f.exec("sleep 0.5; export LATER=yes"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto started = f.call("process.start", {{"command", "echo \"later=$LATER\""}});
+  CHECK(running.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  auto out = f.call("process.output", {{"process_id", started["process_id"]}, {"wait_ms", 5000}, {"pattern", "later"}});
+  CHECK(out["stdout"] == "later=yes\n");
+  // Another session is not held up by it.
+  f.call("session.create", {{"name", "other"}});
+  auto busy = std::async(std::launch::async, [&] { return f.exec("sleep 1"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto t = std::chrono::steady_clock::now();
+  f.call("process.start", {{"command", "true"}, {"session", "other"}});
+  CHECK(std::chrono::steady_clock::now() - t < std::chrono::milliseconds(800));
+  busy.get();
 }
 
 TEST_CASE("process_output waits for a pattern") {

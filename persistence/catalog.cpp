@@ -1,0 +1,335 @@
+#include "persistence/catalog.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <ctime>
+
+namespace agentbox::persistence {
+
+namespace {
+
+// Each entry upgrades the schema by one version; never edit a shipped entry,
+// append a new one (a database at version N runs entries N..end).
+constexpr const char* kMigrations[] = {
+    // 1: conversations, sandboxes, sessions, snapshots.
+    R"sql(
+      CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        owner_pid INTEGER NOT NULL DEFAULT 0);
+      CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        sandbox_id TEXT NOT NULL UNIQUE REFERENCES sandboxes(id) ON DELETE CASCADE,
+        created_at TEXT NOT NULL);
+      CREATE TABLE sessions (
+        sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (sandbox_id, name));
+      CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        sandbox_id TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        files INTEGER NOT NULL,
+        digest TEXT NOT NULL,
+        label TEXT,
+        path TEXT NOT NULL);
+    )sql",
+    // 2: why a snapshot was taken, the two-step commit flag, and the index
+    // every "latest snapshot" lookup uses.
+    R"sql(
+      ALTER TABLE snapshots ADD COLUMN reason TEXT NOT NULL DEFAULT 'manual';
+      ALTER TABLE snapshots ADD COLUMN complete INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE sandboxes ADD COLUMN restore_snapshot TEXT NOT NULL DEFAULT '';
+      ALTER TABLE sandboxes ADD COLUMN lost_processes TEXT NOT NULL DEFAULT '[]';
+      CREATE INDEX snapshots_by_sandbox ON snapshots(sandbox_id, created_at);
+    )sql",
+};
+static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
+
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
+      throw CatalogError(std::string("catalog: cannot prepare statement: ") + sqlite3_errmsg(db));
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+
+  Statement& bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& bind(int i, std::int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  // True while there is a row.
+  bool step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw CatalogError(std::string("catalog: ") + sqlite3_errmsg(db_));
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  std::string text(int col) const {
+    auto p = sqlite3_column_text(stmt_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)))
+             : std::string();
+  }
+  std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+constexpr const char* kSandboxColumns =
+    "s.id, c.id, s.state, s.created_at, s.updated_at, s.owner_pid, s.restore_snapshot, s.lost_processes FROM sandboxes s "
+    "LEFT JOIN conversations c ON c.sandbox_id = s.id";
+
+SandboxRecord read_sandbox(const Statement& st) {
+  return {st.text(0), st.text(1), st.text(2), st.text(3), st.text(4), st.integer(5), st.text(6), st.text(7)};
+}
+
+constexpr const char* kSnapshotColumns =
+    "SELECT id, sandbox_id, created_at, bytes, files, digest, label, path, reason, complete FROM snapshots";
+
+SnapshotRecord read_snapshot(const Statement& st) {
+  SnapshotRecord r;
+  r.id = st.text(0);
+  r.sandbox = st.text(1);
+  r.created_at = st.text(2);
+  r.bytes = static_cast<std::uint64_t>(st.integer(3));
+  r.files = static_cast<std::uint64_t>(st.integer(4));
+  r.digest = st.text(5);
+  r.label = st.text(6);
+  r.path = st.text(7);
+  r.reason = st.text(8);
+  r.complete = st.integer(9) != 0;
+  return r;
+}
+
+}  // namespace
+
+std::string iso_now() {
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03lldZ", static_cast<long long>(ms % 1000));
+  return buf;
+}
+
+Catalog::Catalog(const std::filesystem::path& file) : file_(file) {
+  int rc = sqlite3_open_v2(file.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw CatalogError("cannot open the catalog " + file.string() + ": " + why);
+  }
+  // Another server may hold the write lock for a moment; wait rather than fail.
+  sqlite3_busy_timeout(db_, 10'000);
+  exec("PRAGMA journal_mode=WAL");
+  // NORMAL in WAL mode survives a process crash (only power loss can drop the
+  // last commits, and the recovery pass reconciles files with rows anyway).
+  exec("PRAGMA synchronous=NORMAL");
+  exec("PRAGMA foreign_keys=ON");
+  migrate();
+}
+
+Catalog::~Catalog() { sqlite3_close(db_); }
+
+void Catalog::exec(const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string why = error ? error : sqlite3_errmsg(db_);
+    sqlite3_free(error);
+    throw CatalogError("catalog " + file_.string() + ": " + why);
+  }
+}
+
+template <typename Fn>
+auto Catalog::transaction(Fn&& fn) -> decltype(fn()) {
+  std::lock_guard lock(mutex_);
+  // IMMEDIATE takes the write lock up front, so two servers never both read
+  // then both write (no SQLITE_BUSY half-way through, no lost update).
+  exec("BEGIN IMMEDIATE");
+  try {
+    if constexpr (std::is_void_v<decltype(fn())>) {
+      fn();
+      exec("COMMIT");
+    } else {
+      auto result = fn();
+      exec("COMMIT");
+      return result;
+    }
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+int Catalog::schema_version() {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, "PRAGMA user_version");
+  st.step();
+  return static_cast<int>(st.integer(0));
+}
+
+void Catalog::migrate() {
+  transaction([&] {
+    int version = schema_version();
+    if (version > kSchemaVersion)
+      throw CatalogError("the catalog " + file_.string() + " has schema version " + std::to_string(version) +
+                         ", newer than this agentbox understands (" + std::to_string(kSchemaVersion) +
+                         "); use a newer agentbox or another --state-dir");
+    for (int v = version; v < kSchemaVersion; ++v) {
+      exec(kMigrations[v]);
+      exec(("PRAGMA user_version=" + std::to_string(v + 1)).c_str());
+    }
+  });
+}
+
+SandboxRecord Catalog::sandbox_for(const std::string& conversation, const std::function<std::string()>& new_id) {
+  return transaction([&] {
+    if (auto existing = find_by_conversation(conversation)) return *existing;
+    std::string id = new_id(), now = iso_now();
+    Statement(db_, "INSERT INTO sandboxes (id, state, created_at, updated_at) VALUES (?, 'none', ?, ?)")
+        .bind(1, id).bind(2, now).bind(3, now).run();
+    Statement(db_, "INSERT INTO conversations (id, sandbox_id, created_at) VALUES (?, ?, ?)")
+        .bind(1, conversation).bind(2, id).bind(3, now).run();
+    return SandboxRecord{id, conversation, "none", now, now, 0, "", "[]"};
+  });
+}
+
+std::optional<SandboxRecord> Catalog::find_by_conversation(const std::string& conversation) {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, (std::string("SELECT ") + kSandboxColumns + " WHERE c.id = ?").c_str());
+  st.bind(1, conversation);
+  if (!st.step()) return std::nullopt;
+  return read_sandbox(st);
+}
+
+std::optional<SandboxRecord> Catalog::find_sandbox(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, (std::string("SELECT ") + kSandboxColumns + " WHERE s.id = ?").c_str());
+  st.bind(1, id);
+  if (!st.step()) return std::nullopt;
+  return read_sandbox(st);
+}
+
+std::vector<SandboxRecord> Catalog::sandboxes() {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, (std::string("SELECT ") + kSandboxColumns + " ORDER BY s.created_at").c_str());
+  std::vector<SandboxRecord> out;
+  while (st.step()) out.push_back(read_sandbox(st));
+  return out;
+}
+
+void Catalog::set_state(const std::string& sandbox, const std::string& state, const std::string& restore_snapshot) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = ?, updated_at = ? WHERE id = ?")
+      .bind(1, state).bind(2, restore_snapshot).bind(3, iso_now()).bind(4, sandbox).run();
+}
+
+void Catalog::set_owner(const std::string& sandbox, std::int64_t pid) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE sandboxes SET owner_pid = ? WHERE id = ?").bind(1, pid).bind(2, sandbox).run();
+}
+
+void Catalog::set_lost_processes(const std::string& sandbox, const std::string& json_array) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE sandboxes SET lost_processes = ? WHERE id = ?").bind(1, json_array).bind(2, sandbox).run();
+}
+
+void Catalog::remove_sandbox(const std::string& sandbox) {
+  transaction([&] {
+    Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM sandboxes WHERE id = ?").bind(1, sandbox).run();
+  });
+}
+
+void Catalog::save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions) {
+  transaction([&] {
+    Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
+    for (const auto& s : sessions) {
+      Statement(db_, "INSERT INTO sessions (sandbox_id, name, cwd, state) VALUES (?, ?, ?, ?)")
+          .bind(1, sandbox).bind(2, s.name).bind(3, s.cwd).bind(4, s.state).run();
+    }
+  });
+}
+
+std::vector<SessionRecord> Catalog::sessions(const std::string& sandbox) {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, "SELECT name, cwd, state FROM sessions WHERE sandbox_id = ? ORDER BY name");
+  st.bind(1, sandbox);
+  std::vector<SessionRecord> out;
+  while (st.step()) out.push_back({st.text(0), st.text(1), st.text(2)});
+  return out;
+}
+
+void Catalog::add_snapshot(const SnapshotRecord& r) {
+  std::lock_guard lock(mutex_);
+  Statement(db_,
+            "INSERT INTO snapshots (id, sandbox_id, created_at, bytes, files, digest, label, path, reason, complete) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+      .bind(1, r.id).bind(2, r.sandbox).bind(3, r.created_at).bind(4, static_cast<std::int64_t>(r.bytes))
+      .bind(5, static_cast<std::int64_t>(r.files)).bind(6, r.digest).bind(7, r.label).bind(8, r.path)
+      .bind(9, r.reason).bind(10, std::int64_t{r.complete}).run();
+}
+
+void Catalog::mark_complete(const std::string& snapshot) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE snapshots SET complete = 1 WHERE id = ?").bind(1, snapshot).run();
+}
+
+std::vector<SnapshotRecord> Catalog::snapshots(const std::string& sandbox, bool include_incomplete) {
+  std::lock_guard lock(mutex_);
+  std::string sql = std::string(kSnapshotColumns) + " WHERE (? = '' OR sandbox_id = ?)" +
+                    (include_incomplete ? "" : " AND complete = 1") + " ORDER BY created_at DESC, rowid DESC";
+  Statement st(db_, sql.c_str());
+  st.bind(1, sandbox).bind(2, sandbox);
+  std::vector<SnapshotRecord> out;
+  while (st.step()) out.push_back(read_snapshot(st));
+  return out;
+}
+
+std::optional<SnapshotRecord> Catalog::find_snapshot(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, (std::string(kSnapshotColumns) + " WHERE id = ?").c_str());
+  st.bind(1, id);
+  if (!st.step()) return std::nullopt;
+  return read_snapshot(st);
+}
+
+std::optional<SnapshotRecord> Catalog::latest_snapshot(const std::string& sandbox) {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, (std::string(kSnapshotColumns) +
+                     " WHERE sandbox_id = ? AND complete = 1 ORDER BY created_at DESC, rowid DESC LIMIT 1")
+                        .c_str());
+  st.bind(1, sandbox);
+  if (!st.step()) return std::nullopt;
+  return read_snapshot(st);
+}
+
+void Catalog::remove_snapshot(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "DELETE FROM snapshots WHERE id = ?").bind(1, id).run();
+}
+
+}  // namespace agentbox::persistence

@@ -1,0 +1,117 @@
+// The catalog: one SQLite database per state directory (WAL mode) holding
+// conversations → sandboxes, each sandbox's sessions (working directory and
+// the saved shell state), and its snapshots. The schema is versioned with
+// PRAGMA user_version and upgraded by numbered migrations on open; two
+// servers may open the same file at once (SQLite's locking plus a busy
+// timeout), every multi-statement change is one IMMEDIATE transaction.
+//
+// Knows nothing about sandboxes' processes or MCP: it stores rows.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace agentbox::persistence {
+
+class CatalogError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Sandbox lifecycle states as stored (DESIGN.md section 8 vocabulary). What a
+// crash leaves is read by recovery: "active" means the live directories are
+// the truth; "stopped" means the latest complete snapshot is (the live
+// directories, if any, hold nothing newer and may be discarded).
+struct SandboxRecord {
+  std::string id;
+  std::string conversation;
+  std::string state;
+  std::string created_at;
+  std::string updated_at;
+  std::int64_t owner_pid = 0;  // the server driving it, 0 when none (informational; the lock decides)
+  // Set while state is "restoring": the snapshot being swapped in. A crash
+  // then leaves "stopped" with this target, so the next call finishes it.
+  std::string restore_snapshot;
+  // JSON array of the background processes the last teardown ended.
+  std::string lost_processes = "[]";
+};
+
+struct SessionRecord {
+  std::string name;
+  std::string cwd;
+  std::string state;  // the shell state script the agent saved (variables, functions, cwd)
+};
+
+struct SnapshotRecord {
+  std::string id;
+  std::string sandbox;
+  std::string created_at;
+  std::uint64_t bytes = 0;   // archive size on disk
+  std::uint64_t files = 0;   // entries archived
+  std::string digest;        // "sha256:<hex>" of the archive file
+  std::string label;         // empty when none
+  std::string path;          // relative to the state directory
+  std::string reason;        // manual, idle, recovered
+  bool complete = false;     // false between "about to rename" and "renamed"
+};
+
+// ISO 8601 UTC with milliseconds, as every row stores times.
+std::string iso_now();
+
+class Catalog {
+ public:
+  static constexpr int kSchemaVersion = 2;
+
+  explicit Catalog(const std::filesystem::path& file);
+  ~Catalog();
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
+  int schema_version();
+  const std::filesystem::path& file() const { return file_; }
+
+  // The conversation's sandbox, created with new_id() when it has none. Safe
+  // against another server doing the same at once: both get the same row.
+  SandboxRecord sandbox_for(const std::string& conversation, const std::function<std::string()>& new_id);
+  std::optional<SandboxRecord> find_by_conversation(const std::string& conversation);
+  std::optional<SandboxRecord> find_sandbox(const std::string& id);
+  std::vector<SandboxRecord> sandboxes();
+  void set_state(const std::string& sandbox, const std::string& state, const std::string& restore_snapshot = "");
+  void set_owner(const std::string& sandbox, std::int64_t pid);
+  void set_lost_processes(const std::string& sandbox, const std::string& json_array);
+  // Deletes the sandbox, its conversation mapping and sessions (snapshot rows
+  // are removed by the caller, who also deletes their files).
+  void remove_sandbox(const std::string& sandbox);
+
+  void save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions);
+  std::vector<SessionRecord> sessions(const std::string& sandbox);
+
+  void add_snapshot(const SnapshotRecord& snapshot);
+  void mark_complete(const std::string& snapshot);
+  // Newest first; all sandboxes when sandbox is empty. Incomplete rows only
+  // when asked (recovery).
+  std::vector<SnapshotRecord> snapshots(const std::string& sandbox, bool include_incomplete = false);
+  std::optional<SnapshotRecord> find_snapshot(const std::string& id);
+  std::optional<SnapshotRecord> latest_snapshot(const std::string& sandbox);
+  void remove_snapshot(const std::string& id);
+
+ private:
+  void migrate();
+  void exec(const char* sql);
+  template <typename Fn>
+  auto transaction(Fn&& fn) -> decltype(fn());
+
+  std::filesystem::path file_;
+  sqlite3* db_ = nullptr;
+  std::recursive_mutex mutex_;  // one connection, used by many tool threads
+};
+
+}  // namespace agentbox::persistence

@@ -1,0 +1,74 @@
+// The state directory's layout and the snapshot store on top of the catalog
+// and the archive module.
+//
+//   <state>/catalog.db                         the catalog (SQLite, WAL)
+//   <state>/sandboxes/<id>/{workspace,home}    live directories
+//   <state>/sandboxes/<id>/.restore-*          a restore being unpacked
+//   <state>/sandboxes/.trash-*                 being deleted
+//   <state>/snapshots/<id>/<snapshot>.tar.zst  archives (+ .tmp-* while written)
+//   <state>/locks/<id>.lock                    who drives the sandbox (flock)
+//
+// Taking a snapshot: archive to a temporary file, fsync, record a pending
+// catalog row, rename, mark the row complete, prune. A crash at any step
+// leaves either no snapshot (temporary file, removed by recovery) or a
+// complete one (recovery verifies and completes a pending row).
+#pragma once
+
+#include "persistence/archive.h"
+#include "persistence/catalog.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace agentbox::persistence {
+
+struct StateLayout {
+  std::filesystem::path root;
+
+  std::filesystem::path catalog() const { return root / "catalog.db"; }
+  std::filesystem::path sandboxes() const { return root / "sandboxes"; }
+  std::filesystem::path sandbox(const std::string& id) const { return sandboxes() / id; }
+  std::filesystem::path snapshots(const std::string& id) const { return root / "snapshots" / id; }
+  std::filesystem::path lock(const std::string& id) const { return root / "locks" / (id + ".lock"); }
+  // The trees a snapshot holds, by their names in the archive.
+  std::vector<ArchiveTree> trees(const std::string& id) const;
+};
+
+// Renames path out of the way into <sandboxes>/.trash-* and deletes it; a
+// crash half-way leaves only trash, which recovery removes.
+void discard_dir(const StateLayout& layout, const std::filesystem::path& path);
+
+class SnapshotStore {
+ public:
+  SnapshotStore(StateLayout layout, Catalog& catalog) : layout_(std::move(layout)), catalog_(catalog) {}
+
+  // Archives the sandbox's live directories. `reason`: manual, idle, ...
+  SnapshotRecord take(const std::string& sandbox, const std::string& label, const std::string& reason,
+                      const ArchiveProgressFn& progress = {});
+
+  // Unpacks the snapshot into a fresh staging directory under the sandbox's
+  // directory and swaps each tree in by rename (the old trees are deleted
+  // afterwards, off the live path). Throws ArchiveError, touching nothing
+  // live, when the archive is missing, corrupt, malicious or its digest
+  // does not match.
+  ExtractResult restore(const SnapshotRecord& snapshot, std::optional<std::pair<unsigned, unsigned>> owner,
+                        const ArchiveProgressFn& progress = {});
+
+  // Deletes the file, then the row.
+  void remove(const SnapshotRecord& snapshot);
+  // Keeps the newest `keep` unlabelled snapshots and every labelled one;
+  // returns what was removed.
+  std::vector<SnapshotRecord> prune(const std::string& sandbox, std::size_t keep);
+
+  std::filesystem::path file(const SnapshotRecord& snapshot) const { return layout_.root / snapshot.path; }
+  const StateLayout& layout() const { return layout_; }
+
+ private:
+  StateLayout layout_;
+  Catalog& catalog_;
+};
+
+std::string random_hex(std::size_t digits);
+
+}  // namespace agentbox::persistence

@@ -1,0 +1,361 @@
+// The manager's persistent lifecycle: catalog entries, the per-sandbox lock,
+// saved sessions, idle teardown, snapshots, restores, destroy and shutdown.
+// Order of every step is what makes a crash harmless (docs/persistence.md):
+// the live directories are the truth until a complete snapshot is recorded
+// and the catalog says "stopped"; only then are they removed.
+#include "sandbox/manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+#include <unistd.h>
+
+namespace agentbox::sandbox {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::int64_t ms_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+persistence::ArchiveProgressFn progress_adapter(const ProgressFn& progress, const std::string& what) {
+  if (!progress) return {};
+  return [progress, what](const persistence::ArchiveProgress& p) {
+    std::optional<double> total;
+    if (p.total_bytes) total = static_cast<double>(*p.total_bytes);
+    progress(static_cast<double>(p.bytes), total,
+             what + ": " + std::to_string(p.files) + " entries, " + std::to_string(p.bytes >> 20) + " MiB");
+  };
+}
+
+}  // namespace
+
+std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation) {
+  std::lock_guard lock(mutex_);
+  if (auto it = sandboxes_.find(conversation); it != sandboxes_.end()) return it->second;
+  persistence::SandboxRecord record;
+  try {
+    record = catalog_->sandbox_for(conversation, [] { return persistence::random_hex(12); });
+  } catch (const persistence::CatalogError& e) {
+    throw SandboxError(codes::kSandboxStartFailed, e.what());
+  }
+  auto sandbox = std::make_shared<Sandbox>();
+  sandbox->conversation_ = conversation;
+  sandbox->id_ = record.id;
+  sandbox->dirs_.root = layout_.sandbox(record.id);
+  sandboxes_[conversation] = sandbox;
+  return sandbox;
+}
+
+void Manager::take_lock(Sandbox& sandbox) {
+  if (sandbox.lock_.held()) return;
+  if (!persistence::SandboxLock::acquire(layout_.lock(sandbox.id()), options_.lock_wait, sandbox.lock_)) {
+    auto record = catalog_->find_sandbox(sandbox.id());
+    std::string who = record && record->owner_pid ? " (pid " + std::to_string(record->owner_pid) + ")" : "";
+    throw SandboxError(codes::kSandboxBusy,
+                       "conversation '" + sandbox.conversation() + "' (sandbox " + sandbox.id() +
+                           ") is being driven by another agentbox server" + who +
+                           " on the same state directory; waited " +
+                           std::to_string(options_.lock_wait.count() / 1000) +
+                           " s. Try again when it goes idle, or use another conversation id");
+  }
+  catalog_->set_owner(sandbox.id(), getpid());
+}
+
+void Manager::release_lock(Sandbox& sandbox) {
+  if (!sandbox.lock_.held()) return;
+  try {
+    catalog_->set_owner(sandbox.id(), 0);
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: {}", sandbox.id(), e.what());
+  }
+  sandbox.lock_.release();
+}
+
+void Manager::save_sessions(Sandbox& sandbox, std::chrono::milliseconds timeout) {
+  auto client = sandbox.client();
+  if (!client || !client->alive()) return;
+  try {
+    json result = client->call("session.export", json::object(), timeout);
+    std::vector<persistence::SessionRecord> sessions;
+    for (const auto& s : result.value("sessions", json::array()))
+      sessions.push_back({s.value("session", ""), s.value("cwd", "/workspace"), s.value("state", "")});
+    catalog_->save_sessions(sandbox.id(), sessions);
+    std::lock_guard lock(sandbox.mutex_);
+    sandbox.sessions_saved_ = Clock::now();
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: could not save its sessions: {}", sandbox.id(), e.what());
+  }
+}
+
+void Manager::record_lost_processes(Sandbox& sandbox) {
+  auto client = sandbox.client();
+  if (!client || !client->alive()) return;
+  try {
+    json list = client->call("process.list", json::object(), std::chrono::seconds(2));
+    json lost = json::array();
+    for (const auto& p : list.value("processes", json::array())) {
+      if (p.value("status", "") == "running" || p.value("status", "") == "lost")
+        lost.push_back({{"process_id", p.value("process_id", "")}, {"command", p.value("command", "")}});
+    }
+    catalog_->set_lost_processes(sandbox.id(), lost.dump());
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: could not list its processes: {}", sandbox.id(), e.what());
+  }
+}
+
+// A freshly started agent gets the sessions and the list of processes a
+// teardown ended back from the catalog.
+void Manager::bring_back(Sandbox& sandbox, const persistence::SandboxRecord& record) {
+  auto client = sandbox.client();
+  auto sessions = catalog_->sessions(sandbox.id());
+  try {
+    if (!sessions.empty()) {
+      json list = json::array();
+      for (const auto& s : sessions) list.push_back({{"session", s.name}, {"cwd", s.cwd}, {"state", s.state}});
+      client->call("session.import", {{"sessions", list}}, std::chrono::seconds(10));
+    }
+    json lost = json::parse(record.lost_processes, nullptr, false);
+    if (lost.is_array() && !lost.empty()) {
+      client->call("process.adopt_lost", {{"processes", lost}}, std::chrono::seconds(10));
+      catalog_->set_lost_processes(sandbox.id(), "[]");
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: could not bring its sessions back: {}", sandbox.id(), e.what());
+  }
+  catalog_->set_state(sandbox.id(), "active");
+  std::lock_guard lock(sandbox.mutex_);
+  sandbox.torn_down_ = false;
+  sandbox.sessions_saved_ = Clock::now();
+}
+
+std::string Manager::restore_locked(Sandbox& sandbox, const persistence::SnapshotRecord& snapshot,
+                                    const ProgressFn& progress, const std::string& state_on_failure) {
+  auto start = Clock::now();
+  {
+    std::lock_guard lock(sandbox.mutex_);
+    sandbox.phase_ = "restoring";
+  }
+  catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
+  persistence::ExtractResult result;
+  try {
+    result = store_->restore(snapshot, owner(), progress_adapter(progress, "restoring " + snapshot.id));
+  } catch (const std::exception& e) {
+    catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
+    std::lock_guard lock(sandbox.mutex_);
+    sandbox.phase_.clear();
+    throw SandboxError(codes::kRestoreFailed, std::string(e.what()) + "; nothing was changed");
+  }
+  {
+    std::lock_guard lock(sandbox.mutex_);
+    sandbox.phase_.clear();
+  }
+  auto ms = ms_since(start);
+  spdlog::info("sandbox {}: restored snapshot {} ({} entries) in {} ms", sandbox.id(), snapshot.id, result.files, ms);
+  return "restored this conversation's workspace from snapshot " + snapshot.id + " (taken " + snapshot.created_at +
+         ", " + std::to_string(result.files) + " entries) in " + std::to_string(ms) +
+         " ms; sessions are back with their working directory and environment, background processes ended at the "
+         "teardown";
+}
+
+bool Manager::teardown(const std::string& conversation) {
+  auto sandbox = find(conversation);
+  return sandbox && teardown(sandbox);
+}
+
+bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
+  std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
+  if (!life.owns_lock() || !sandbox->running()) return false;
+  {
+    std::lock_guard lock(sandbox->mutex_);
+    if (sandbox->in_use_ > 0) return false;
+    sandbox->phase_ = "snapshotting";
+  }
+  auto start = Clock::now();
+  catalog_->set_state(sandbox->id(), "snapshotting");
+  save_sessions(*sandbox, std::chrono::seconds(2));
+  record_lost_processes(*sandbox);
+  // Processes first: nothing writes to the workspace while it is archived.
+  stop(*sandbox);
+  persistence::SnapshotRecord snapshot;
+  try {
+    snapshot = store_->take(sandbox->id(), "", "idle");
+  } catch (const std::exception& e) {
+    // The live directories stay the truth; the next call starts on them.
+    spdlog::error("sandbox {}: idle snapshot failed, keeping its directories: {}", sandbox->id(), e.what());
+    catalog_->set_state(sandbox->id(), "active");
+    std::lock_guard lock(sandbox->mutex_);
+    sandbox->phase_.clear();
+    return false;
+  }
+  catalog_->set_state(sandbox->id(), "stopped");
+  for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
+    persistence::discard_dir(layout_, dir);
+  for (const auto& gone : store_->prune(sandbox->id(), options_.keep_snapshots))
+    spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
+  {
+    std::lock_guard lock(sandbox->mutex_);
+    sandbox->phase_.clear();
+    sandbox->torn_down_ = true;
+  }
+  release_lock(*sandbox);
+  spdlog::info("sandbox {} ({}) idle: snapshot {} ({} bytes, {} entries) in {} ms, stopped", sandbox->id(),
+               sandbox->conversation(), snapshot.id, snapshot.bytes, snapshot.files, ms_since(start));
+  return true;
+}
+
+void Manager::idle_main() {
+  auto tick = options_.idle_timeout.count() > 0
+                  ? std::clamp<std::chrono::milliseconds>(options_.idle_timeout / 4, std::chrono::milliseconds(20),
+                                                          std::chrono::milliseconds(1000))
+                  : std::chrono::milliseconds(1000);
+  for (;;) {
+    {
+      std::unique_lock lock(idle_mutex_);
+      if (idle_wake_.wait_for(lock, tick, [this] { return stopping_; })) return;
+    }
+    std::vector<std::shared_ptr<Sandbox>> all;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [conversation, s] : sandboxes_) all.push_back(s);
+    }
+    for (const auto& sandbox : all) {
+      if (!sandbox->running()) continue;
+      Clock::time_point last_used, saved;
+      {
+        std::lock_guard lock(sandbox->mutex_);
+        if (sandbox->in_use_ > 0) continue;  // a foreground command is running
+        last_used = sandbox->last_used_;
+        saved = sandbox->sessions_saved_;
+      }
+      // Sessions change only through calls: save them once after each burst,
+      // so a crash loses as little as possible.
+      if (last_used > saved) save_sessions(*sandbox, std::chrono::seconds(2));
+      auto idle = Clock::now() - last_used;
+      if (options_.idle_timeout.count() <= 0 || idle < options_.idle_timeout) continue;
+      if (idle < options_.background_keepalive) {
+        bool busy = false;
+        try {
+          json list = sandbox->client()->call("process.list", json::object(), std::chrono::seconds(2));
+          for (const auto& p : list.value("processes", json::array())) busy |= p.value("status", "") == "running";
+        } catch (const std::exception&) {
+          continue;
+        }
+        if (busy) continue;
+      }
+      teardown(sandbox);
+    }
+  }
+}
+
+SnapshotInfo Manager::snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) {
+  Lease lease = acquire(conversation, progress);
+  Sandbox& sandbox = lease.sandbox();
+  std::lock_guard life(sandbox.lifecycle_);
+  save_sessions(sandbox, std::chrono::seconds(2));
+  auto start = Clock::now();
+  SnapshotInfo info;
+  try {
+    info.record = store_->take(sandbox.id(), label, "manual", progress_adapter(progress, "snapshot"));
+  } catch (const std::exception& e) {
+    throw SandboxError(codes::kSnapshotFailed, std::string("could not snapshot the workspace: ") + e.what());
+  }
+  info.duration = std::chrono::milliseconds(ms_since(start));
+  store_->prune(sandbox.id(), options_.keep_snapshots);
+  return info;
+}
+
+SnapshotInfo Manager::restore(const std::string& conversation, const std::string& snapshot_id,
+                              const ProgressFn& progress) {
+  auto sandbox = entry(conversation);
+  std::lock_guard life(sandbox->lifecycle_);
+  take_lock(*sandbox);
+  auto snapshot = snapshot_id.empty() ? catalog_->latest_snapshot(sandbox->id()) : catalog_->find_snapshot(snapshot_id);
+  if (!snapshot || snapshot->sandbox != sandbox->id() || !snapshot->complete)
+    throw SandboxError(codes::kSnapshotNotFound,
+                       snapshot_id.empty() ? "this conversation has no snapshot yet; take one with sandbox_snapshot"
+                                           : "no snapshot '" + snapshot_id + "' for this conversation; snapshot_list "
+                                             "shows the ones there are");
+  auto start = Clock::now();
+  auto record = catalog_->find_sandbox(sandbox->id());
+  std::string before = record ? record->state : "none";
+  if (sandbox->running()) {
+    save_sessions(*sandbox, std::chrono::seconds(2));
+    record_lost_processes(*sandbox);
+    stop(*sandbox);
+  }
+  restore_locked(*sandbox, *snapshot, progress, before == "stopped" ? "stopped" : "active");
+  {
+    std::lock_guard lock(mutex_);
+    start_locked(*sandbox);
+  }
+  bring_back(*sandbox, *catalog_->find_sandbox(sandbox->id()));
+  return {*snapshot, std::chrono::milliseconds(ms_since(start))};
+}
+
+std::vector<persistence::SnapshotRecord> Manager::snapshots(const std::string& conversation) {
+  auto record = catalog_->find_by_conversation(conversation);
+  return record ? catalog_->snapshots(record->id) : std::vector<persistence::SnapshotRecord>{};
+}
+
+std::optional<persistence::SandboxRecord> Manager::record(const std::string& conversation) {
+  return catalog_->find_by_conversation(conversation);
+}
+
+bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
+  if (!find(conversation) && !catalog_->find_by_conversation(conversation)) return false;
+  auto sandbox = entry(conversation);
+  std::lock_guard life(sandbox->lifecycle_);
+  take_lock(*sandbox);
+  stop(*sandbox);
+  persistence::discard_dir(layout_, sandbox->dirs().root);
+  if (keep_snapshots) {
+    // The conversation keeps its sandbox id (and so its snapshots); the next
+    // call starts empty, as after any destroy.
+    catalog_->save_sessions(sandbox->id(), {});
+    catalog_->set_lost_processes(sandbox->id(), "[]");
+    catalog_->set_state(sandbox->id(), "none");
+  } else {
+    for (const auto& s : catalog_->snapshots(sandbox->id(), true)) store_->remove(s);
+    std::error_code ec;
+    fs::remove_all(layout_.snapshots(sandbox->id()), ec);
+    catalog_->remove_sandbox(sandbox->id());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    sandboxes_.erase(conversation);
+  }
+  release_lock(*sandbox);
+  return true;
+}
+
+void Manager::shutdown() {
+  {
+    std::lock_guard lock(idle_mutex_);
+    stopping_ = true;
+  }
+  idle_wake_.notify_all();
+  if (idle_thread_.joinable() && idle_thread_.get_id() != std::this_thread::get_id()) idle_thread_.join();
+  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard lock(mutex_);
+    all.swap(sandboxes_);
+  }
+  // In parallel: hosts give a server about 2 s after closing its stdin.
+  std::vector<std::future<void>> stops;
+  for (auto& [conversation, sandbox] : all) {
+    stops.push_back(std::async(std::launch::async, [this, sandbox = sandbox] {
+      save_sessions(*sandbox, std::chrono::milliseconds(500));
+      stop(*sandbox);
+      // The workspace stays on disk, "active" in the catalog: the next start adopts it.
+      std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
+      if (life.owns_lock()) release_lock(*sandbox);
+    }));
+  }
+  for (auto& f : stops) f.wait();
+}
+
+}  // namespace agentbox::sandbox

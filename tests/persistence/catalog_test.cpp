@@ -1,0 +1,189 @@
+// Catalog: schema migrations, the conversation mapping, two writers at once;
+// the per-sandbox lock.
+#include "persistence/catalog.h"
+#include "persistence/sandbox_lock.h"
+
+#include <catch2/catch.hpp>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <set>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace agentbox::persistence;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("agentbox-catalog-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void raw_exec(const fs::path& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  sqlite3_open(db.c_str(), &h);
+  REQUIRE(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(h);
+}
+
+}  // namespace
+
+TEST_CASE("a new catalog is at the current schema version, in WAL mode") {
+  fs::path dir = temp_dir("new");
+  Catalog catalog(dir / "c.db");
+  CHECK(catalog.schema_version() == Catalog::kSchemaVersion);
+  CHECK(fs::exists(dir / "c.db-wal"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a version-1 catalog is migrated and keeps its rows") {
+  fs::path dir = temp_dir("migrate");
+  raw_exec(dir / "c.db", R"(
+    CREATE TABLE sandboxes (id TEXT PRIMARY KEY, state TEXT NOT NULL, created_at TEXT NOT NULL,
+                            updated_at TEXT NOT NULL, owner_pid INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE conversations (id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL UNIQUE REFERENCES sandboxes(id) ON DELETE CASCADE,
+                                created_at TEXT NOT NULL);
+    CREATE TABLE sessions (sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE, name TEXT NOT NULL,
+                           cwd TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY (sandbox_id, name));
+    CREATE TABLE snapshots (id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, created_at TEXT NOT NULL, bytes INTEGER NOT NULL,
+                            files INTEGER NOT NULL, digest TEXT NOT NULL, label TEXT, path TEXT NOT NULL);
+    INSERT INTO sandboxes VALUES ('sb1', 'stopped', 't', 't', 0);
+    INSERT INTO conversations VALUES ('conv', 'sb1', 't');
+    INSERT INTO snapshots VALUES ('snap-1', 'sb1', '2026-01-01T00:00:00.000Z', 10, 2, 'sha256:ab', 'keep', 'snapshots/sb1/snap-1.tar.zst');
+    PRAGMA user_version=1;)");
+  Catalog catalog(dir / "c.db");
+  CHECK(catalog.schema_version() == 2);
+  auto sb = catalog.find_by_conversation("conv");
+  REQUIRE(sb);
+  CHECK(sb->state == "stopped");
+  CHECK(sb->restore_snapshot.empty());
+  auto snap = catalog.latest_snapshot("sb1");
+  REQUIRE(snap);
+  CHECK(snap->reason == "manual");
+  CHECK(snap->complete);
+  CHECK(snap->label == "keep");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a catalog newer than this build is refused with a clear message") {
+  fs::path dir = temp_dir("newer");
+  { Catalog c(dir / "c.db"); }
+  raw_exec(dir / "c.db", "PRAGMA user_version=99");
+  CHECK_THROWS_WITH(Catalog(dir / "c.db"), Catch::Contains("newer than this agentbox understands"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("conversations map to one sandbox with its sessions and snapshots, across reopen") {
+  fs::path dir = temp_dir("mapping");
+  std::string id;
+  {
+    Catalog c(dir / "c.db");
+    id = c.sandbox_for("conv-1", [] { return std::string("abc"); }).id;
+    CHECK(c.sandbox_for("conv-1", [] { return std::string("other"); }).id == id);
+    c.save_sessions(id, {{"default", "/workspace/src", "export A=1\nbuiltin cd -- /workspace/src\n"},
+                         {"build", "/workspace", "builtin cd -- /workspace\n"}});
+    SnapshotRecord s;
+    s.id = "snap-x";
+    s.sandbox = id;
+    s.created_at = iso_now();
+    s.digest = "sha256:00";
+    s.path = "snapshots/abc/snap-x.tar.zst";
+    s.complete = false;
+    c.add_snapshot(s);
+    CHECK_FALSE(c.latest_snapshot(id));
+    c.mark_complete("snap-x");
+    c.set_state(id, "stopped");
+  }
+  Catalog c(dir / "c.db");
+  auto sb = c.find_by_conversation("conv-1");
+  REQUIRE(sb);
+  CHECK(sb->id == "abc");
+  CHECK(sb->state == "stopped");
+  auto sessions = c.sessions(id);
+  REQUIRE(sessions.size() == 2);
+  CHECK(sessions[1].name == "default");
+  CHECK(sessions[1].cwd == "/workspace/src");
+  CHECK(sessions[1].state.find("export A=1") != std::string::npos);
+  REQUIRE(c.latest_snapshot(id));
+  CHECK(c.latest_snapshot(id)->id == "snap-x");
+  c.remove_sandbox(id);
+  CHECK_FALSE(c.find_by_conversation("conv-1"));
+  CHECK(c.sessions(id).empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("two processes creating the same conversation's sandbox at once get one row") {
+  fs::path dir = temp_dir("race");
+  { Catalog c(dir / "c.db"); }
+  constexpr int kProcs = 4;
+  int fds[kProcs][2];
+  pid_t pids[kProcs];
+  for (int i = 0; i < kProcs; ++i) {
+    REQUIRE(pipe(fds[i]) == 0);
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      Catalog c(dir / "c.db");
+      std::string out;
+      for (int n = 0; n < 50; ++n) {
+        auto r = c.sandbox_for("conv-" + std::to_string(n),
+                               [i, n] { return "p" + std::to_string(i) + "-" + std::to_string(n); });
+        out += r.id + "\n";
+      }
+      (void)!write(fds[i][1], out.data(), out.size());
+      _exit(0);
+    }
+    close(fds[i][1]);
+  }
+  std::vector<std::string> results(kProcs);
+  for (int i = 0; i < kProcs; ++i) {
+    char buf[8192];
+    ssize_t n;
+    while ((n = read(fds[i][0], buf, sizeof buf)) > 0) results[i].append(buf, static_cast<std::size_t>(n));
+    close(fds[i][0]);
+    int status;
+    waitpid(pids[i], &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  for (int i = 1; i < kProcs; ++i) CHECK(results[i] == results[0]);
+  Catalog c(dir / "c.db");
+  CHECK(c.sandboxes().size() == 50);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a sandbox lock is exclusive, waits, and dies with its holder") {
+  fs::path dir = temp_dir("lock");
+  SandboxLock first;
+  REQUIRE(SandboxLock::acquire(dir / "x.lock", std::chrono::milliseconds(0), first));
+  SandboxLock second;
+  auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(SandboxLock::acquire(dir / "x.lock", std::chrono::milliseconds(200), second));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(200));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    first.release();
+  });
+  CHECK(SandboxLock::acquire(dir / "x.lock", std::chrono::seconds(5), second));
+  releaser.join();
+  second.release();
+
+  pid_t child = fork();
+  if (child == 0) {
+    SandboxLock held;
+    SandboxLock::acquire(dir / "y.lock", std::chrono::milliseconds(0), held);
+    pause();
+    _exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  SandboxLock mine;
+  CHECK_FALSE(SandboxLock::acquire(dir / "y.lock", std::chrono::milliseconds(50), mine));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  CHECK(SandboxLock::acquire(dir / "y.lock", std::chrono::milliseconds(500), mine));
+  fs::remove_all(dir);
+}

@@ -1,0 +1,84 @@
+// Snapshot tools: sandbox_snapshot, snapshot_list, sandbox_restore. Long
+// snapshots and restores report progress (bytes) when the caller asked.
+#include "tools/sandbox_call.h"
+
+#include <thread>
+
+namespace agentbox::tools {
+
+namespace {
+
+json label_json(const std::string& label) { return label.empty() ? json(nullptr) : json(label); }
+
+sandbox::ProgressFn progress_of(const std::shared_ptr<CallContext>& context) {
+  return [context](double done, std::optional<double> total, const std::string& message) {
+    context->progress(done, total, message);
+  };
+}
+
+std::string megabytes(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+json snapshot_json(const persistence::SnapshotRecord& s) {
+  return {{"snapshot", s.id},  {"created_at", s.created_at}, {"bytes", s.bytes},
+          {"files", s.files},  {"label", label_json(s.label)}, {"reason", s.reason}};
+}
+
+void register_snapshot_tools(Registry& registry, const Services& services) {
+  registry.add("sandbox_snapshot", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
+    sandbox::Manager* manager = manager_or_reply(services, reply);
+    if (!manager) return;
+    std::string label = args.value("label", "");
+    std::thread([manager, context, reply, label] {
+      try {
+        auto info = manager->snapshot(context->conversation(), label, progress_of(context));
+        const auto& s = info.record;
+        json out = {{"snapshot", s.id},          {"bytes", s.bytes},          {"files", s.files},
+                    {"duration_ms", info.duration.count()}, {"label", label_json(s.label)},
+                    {"created_at", s.created_at}, {"digest", s.digest}};
+        reply(ToolResult::ok(out, "Snapshot " + s.id + (label.empty() ? "" : " '" + label + "'") + ": " +
+                                      std::to_string(s.files) + " entries, " + megabytes(s.bytes) + " compressed, in " +
+                                      std::to_string(info.duration.count()) + " ms."));
+      } catch (const sandbox::SandboxError& e) {
+        reply(error_result(e));
+      }
+    }).detach();
+  });
+  registry.add("snapshot_list", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
+    sandbox::Manager* manager = manager_or_reply(services, reply);
+    if (!manager) return;
+    json list = json::array();
+    std::string text;
+    for (const auto& s : manager->snapshots(context->conversation())) {
+      list.push_back(snapshot_json(s));
+      text += "\n" + s.id + "  " + s.created_at + "  " + megabytes(s.bytes) + "  " + std::to_string(s.files) +
+              " entries  " + (s.label.empty() ? s.reason : "'" + s.label + "'");
+    }
+    reply(ToolResult::ok({{"snapshots", list}}, list.empty() ? "No snapshots for this conversation yet."
+                                                             : std::to_string(list.size()) + " snapshot(s):" + text));
+  });
+  registry.add("sandbox_restore", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
+    sandbox::Manager* manager = manager_or_reply(services, reply);
+    if (!manager) return;
+    std::string id = args.value("snapshot", "");
+    std::thread([manager, context, reply, id] {
+      try {
+        auto info = manager->restore(context->conversation(), id, progress_of(context));
+        json out = {{"snapshot", info.record.id}, {"created_at", info.record.created_at},
+                    {"files", info.record.files}, {"duration_ms", info.duration.count()}};
+        reply(ToolResult::ok(out, "Restored snapshot " + info.record.id + " (taken " + info.record.created_at + ") in " +
+                                      std::to_string(info.duration.count()) +
+                                      " ms; running processes were stopped, sessions kept their state."));
+      } catch (const sandbox::SandboxError& e) {
+        reply(error_result(e));
+      }
+    }).detach();
+  });
+}
+
+}  // namespace agentbox::tools
