@@ -21,6 +21,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <cstring>
 
@@ -178,6 +179,9 @@ int replay_main(const std::string& self, const std::vector<std::string>& args) {
 
   char dir_template[] = "/tmp/agentbox-replay-XXXXXX";
   if (!mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
+  // As root the sandboxes run as an unprivileged uid that bwrap's binds must
+  // let through: mkdtemp's 0700 would hide the state directory from it.
+  chmod(dir_template, 0711);
   fs::path state_dir = fs::path(dir_template) / "state";
   fs::path stderr_file = fs::path(dir_template) / "server.stderr";
 
