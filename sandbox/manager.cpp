@@ -152,10 +152,7 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
                ") and was restarted: running processes are gone and sessions are back as last saved; "
                "files in /workspace and /home/user are kept";
     }
-    {
-      std::lock_guard lock(mutex_);
-      start_locked(*sandbox);
-    }
+    start_agent(*sandbox);
     bring_back(*sandbox, *record);
   }
   std::lock_guard slock(sandbox->mutex_);
@@ -190,24 +187,44 @@ void Manager::prepare_dirs(const Sandbox& sandbox, const BwrapOptions& plan) {
   }
 }
 
-void Manager::evict_if_full_locked() {
-  std::size_t active = 0;
+std::shared_ptr<Sandbox> Manager::pick_eviction_locked(const Sandbox& starting) {
+  std::size_t running = 0;
   std::shared_ptr<Sandbox> oldest;
   for (const auto& [conversation, s] : sandboxes_) {
-    if (s->state() != "active") continue;
-    ++active;
+    if (s.get() == &starting) continue;
+    std::string state = s->state();
+    if (state != "active" && state != "starting") continue;
+    ++running;
     std::lock_guard lock(s->mutex_);
-    if (s->in_use_ == 0 && (!oldest || s->last_used_ < oldest->last_used_)) oldest = s;
+    if (state == "active" && s->in_use_ == 0 && (!oldest || s->last_used_ < oldest->last_used_)) oldest = s;
   }
-  if (active < options_.max_sandboxes || !oldest) return;
+  if (running < options_.max_sandboxes || !oldest) return nullptr;
   spdlog::info("sandbox {} ({}) stopped to make room: at most {} run at once", oldest->id(), oldest->conversation(),
                options_.max_sandboxes);
-  stop(*oldest);
+  return oldest;
 }
 
-void Manager::start_locked(Sandbox& sandbox_ref) {
-  evict_if_full_locked();
+void Manager::start_agent(Sandbox& sandbox_ref) {
   Sandbox* sandbox = &sandbox_ref;
+  // mutex_ is held only to pick a sandbox to evict and to mark this one
+  // "starting" (counted against max_sandboxes): a slow start must not hold up
+  // other conversations. lifecycle_, held by the caller, makes a second call
+  // for this conversation wait for this start.
+  std::shared_ptr<Sandbox> evicted;
+  {
+    std::lock_guard lock(mutex_);
+    evicted = pick_eviction_locked(*sandbox);
+    std::lock_guard slock(sandbox->mutex_);
+    sandbox->phase_ = "starting";
+  }
+  struct EndPhase {
+    Sandbox& s;
+    ~EndPhase() {
+      std::lock_guard slock(s.mutex_);
+      if (s.phase_ == "starting") s.phase_.clear();
+    }
+  } end_phase{*sandbox};
+  if (evicted) stop(*evicted);
   stop(*sandbox);  // what a dead agent left (its cgroup)
 
   BwrapOptions plan;

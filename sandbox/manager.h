@@ -89,7 +89,7 @@ class Sandbox {
   // Held while starting, snapshotting, restoring or tearing down; taken
   // before mutex_ (never the other way).
   std::mutex lifecycle_;
-  std::string phase_;  // "snapshotting" or "restoring" while that runs; guarded by mutex_
+  std::string phase_;  // "starting", "snapshotting" or "restoring" while that runs; guarded by mutex_
   bool torn_down_ = false;  // stopped by an idle teardown (restore on next call); guarded by mutex_
   persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
   std::chrono::steady_clock::time_point sessions_saved_;
@@ -161,10 +161,13 @@ class Manager {
   std::size_t running() const;
 
  private:
-  // Starts the sandbox's agent on its directories (mutex_ held).
-  void start_locked(Sandbox& sandbox);
+  // Starts the sandbox's agent on its directories; the caller holds its
+  // lifecycle_, not mutex_.
+  void start_agent(Sandbox& sandbox);
   void prepare_dirs(const Sandbox& sandbox, const BwrapOptions& plan);
-  void evict_if_full_locked();
+  // The least recently used idle sandbox to stop so that one more may start
+  // (at most max_sandboxes active or starting), or null.
+  std::shared_ptr<Sandbox> pick_eviction_locked(const Sandbox& starting);
   void stop(Sandbox& sandbox);
   std::shared_ptr<Sandbox> entry(const std::string& conversation);
   void take_lock(Sandbox& sandbox);
@@ -183,7 +186,7 @@ class Manager {
   bool root_ = false;
   std::filesystem::path agent_binary_;
   int agent_fd_ = -1;  // O_PATH fd of agent_binary_, bound into each sandbox by bwrap
-  mutable std::mutex mutex_;  // guards sandboxes_; held while a sandbox starts
+  mutable std::mutex mutex_;  // guards sandboxes_; never held while a sandbox starts
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   persistence::StateLayout layout_;
   std::unique_ptr<persistence::Catalog> catalog_;

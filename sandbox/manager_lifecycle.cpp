@@ -288,10 +288,7 @@ SnapshotInfo Manager::restore(const std::string& conversation, const std::string
     stop(*sandbox);
   }
   restore_locked(*sandbox, *snapshot, progress, before == "stopped" ? "stopped" : "active");
-  {
-    std::lock_guard lock(mutex_);
-    start_locked(*sandbox);
-  }
+  start_agent(*sandbox);
   bring_back(*sandbox, *catalog_->find_sandbox(sandbox->id()));
   return {*snapshot, std::chrono::milliseconds(ms_since(start))};
 }

@@ -107,3 +107,13 @@ TEST_CASE("at most max_sandboxes run; the least recently used one is stopped") {
   CHECK(f.manager->find("two")->state() == "stopped");
   CHECK(f.manager->find("one")->state() == "active");
 }
+
+TEST_CASE("a file larger than the file size limit cannot be written, and the session carries on") {
+  ManagerOptions o;
+  o.limits.file_size_bytes = 1 << 20;
+  SandboxFixture f(o);
+  auto r = f.exec("head -c 2000000 /dev/zero > /workspace/big; echo rc=$?; stat -c %s /workspace/big");
+  // SIGXFSZ kills the writer (128 + 25) and the file stops at the limit.
+  CHECK(r["stdout"] == "rc=153\n1048576\n");
+  CHECK(f.exec("echo ok")["stdout"] == "ok\n");
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env node
+// MCP-level sandbox benchmark (issue 6): everything goes through the real
+// server over stdio with the official SDK client, and every figure is a ratio
+// against a baseline measured in the same run, interleaved with it:
+//   1. exec of /bin/true in a warm session vs spawning /bin/true from Node
+//      (spawnSync, and execFile for an asynchronous spawn);
+//   2. first call of a new conversation (sandbox cold start + exec) vs a bare
+//      `bwrap --unshare-all --ro-bind /usr /usr ... true`;
+//   3. RSS and PSS (/proc/PID/smaps_rollup) of the server and of one idle
+//      sandbox (every process under its bwrap).
+// Usage: node bench/exec_bench.mjs [--bin build/agentbox] [--iterations 200]
+//        [--cold 20] [--json]
+import { execFile, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+// The SDK the client tests pin (tests/clients/package-lock.json).
+const sdk = createRequire(join(ROOT, 'tests/clients/package.json'));
+const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
+const { StdioClientTransport } = sdk('@modelcontextprotocol/sdk/client/stdio.js');
+
+function option(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+}
+const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
+const N = Number(option('iterations', 200));
+const COLD = Number(option('cold', 20));
+const JSON_OUT = process.argv.includes('--json');
+
+const now = () => performance.now();
+const median = (v) => {
+  const s = [...v].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
+
+// The kB figures of /proc/PID/smaps_rollup (Rss, Pss...).
+function memory(pid) {
+  const out = {};
+  for (const line of readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8').split('\n')) {
+    const m = /^(\w+):\s+(\d+) kB/.exec(line);
+    if (m) out[m[1]] = Number(m[2]);
+  }
+  return { rss_kib: out.Rss ?? 0, pss_kib: out.Pss ?? 0 };
+}
+
+function children(pid) {
+  const out = [];
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    const text = readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim();
+    if (text) out.push(...text.split(/\s+/).map(Number));
+  }
+  return out;
+}
+
+function tree(pid) {
+  const all = [pid];
+  for (let i = 0; i < all.length; i++) all.push(...children(all[i]));
+  return all;
+}
+
+const comm = (pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+
+async function callExec(client, args) {
+  const result = await client.callTool({ name: 'exec', arguments: { command: '/bin/true', ...args } });
+  if (result.isError || result.structuredContent?.exit_code !== 0)
+    throw new Error(`exec failed: ${JSON.stringify(result).slice(0, 500)}`);
+  return result;
+}
+
+const BARE_BWRAP = [
+  '--unshare-all', '--die-with-parent', '--new-session', '--ro-bind', '/usr', '/usr',
+  '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64',
+  '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '/usr/bin/true',
+];
+
+async function main() {
+  const state = mkdtempSync(join(tmpdir(), 'agentbox-exec-bench-'));
+  const transport = new StdioClientTransport({
+    command: BIN,
+    args: ['serve', '--state-dir', state, '--log-level', 'warn'],
+    stderr: 'ignore',
+  });
+  const client = new Client({ name: 'agentbox-exec-bench', version: '1.0.0' });
+  await client.connect(transport);
+  const serverPid = transport.pid;
+  const execFileAsync = promisify(execFile);
+  try {
+    // 1. Warm exec vs direct spawn, interleaved so drift hits both alike.
+    await callExec(client, { conversation: 'warm' });
+    const warm = [], spawn = [], spawnAsync = [];
+    for (let i = 0; i < N; i++) {
+      let t = now();
+      spawnSync('/bin/true');
+      spawn.push(now() - t);
+      t = now();
+      await execFileAsync('/bin/true');
+      spawnAsync.push(now() - t);
+      t = now();
+      await callExec(client, { conversation: 'warm' });
+      warm.push(now() - t);
+    }
+
+    // 2. Cold start vs bare bwrap.
+    const cold = [], bare = [];
+    for (let i = 0; i < COLD; i++) {
+      let t = now();
+      const b = spawnSync('/usr/bin/bwrap', BARE_BWRAP);
+      bare.push(now() - t);
+      if (b.status !== 0) throw new Error(`bare bwrap failed: ${b.stderr}`);
+      t = now();
+      await callExec(client, { conversation: `cold-${i}` });
+      cold.push(now() - t);
+      await client.callTool({ name: 'sandbox_destroy', arguments: { conversation: `cold-${i}` } });
+    }
+
+    // 3. Memory: the server alone, and the idle "warm" sandbox (its default
+    // shell included, as after any first call).
+    await new Promise((r) => setTimeout(r, 300));
+    const sandboxRoots = children(serverPid).filter((p) => comm(p) === 'bwrap');
+    if (sandboxRoots.length !== 1) throw new Error(`expected one sandbox, found ${sandboxRoots.length}`);
+    const processes = tree(sandboxRoots[0]).map((pid) => ({ pid, comm: comm(pid), ...memory(pid) }));
+    const sum = (k) => processes.reduce((a, p) => a + p[k], 0);
+    const server = memory(serverPid);
+
+    const report = {
+      load_average_1m: round(loadavg()[0]),
+      iterations: N,
+      warm_exec_ms: round(median(warm)),
+      direct_spawn_sync_ms: round(median(spawn)),
+      direct_exec_file_ms: round(median(spawnAsync)),
+      warm_ratio_vs_spawn_sync: round(median(warm) / median(spawn)),
+      warm_ratio_vs_exec_file: round(median(warm) / median(spawnAsync)),
+      cold_iterations: COLD,
+      cold_first_call_ms: round(median(cold)),
+      bare_bwrap_ms: round(median(bare)),
+      cold_ratio: round(median(cold) / median(bare)),
+      server_rss_mib: round(server.rss_kib / 1024, 1),
+      server_pss_mib: round(server.pss_kib / 1024, 1),
+      sandbox_rss_mib: round(sum('rss_kib') / 1024, 1),
+      sandbox_pss_mib: round(sum('pss_kib') / 1024, 1),
+      sandbox_processes: processes.map((p) => ({ comm: p.comm, rss_kib: p.rss_kib, pss_kib: p.pss_kib })),
+      targets: { warm_ratio: 1.5, cold_ratio: 1.5, server_rss_mib: 10, sandbox_mib: 5 },
+    };
+    if (JSON_OUT) {
+      console.log(JSON.stringify(report, null, 2));
+    } else {
+      const r = report;
+      console.log(`load average ${r.load_average_1m}`);
+      console.log(`exec /bin/true, warm session: median ${r.warm_exec_ms} ms; spawnSync ${r.direct_spawn_sync_ms} ms ` +
+        `(ratio ${r.warm_ratio_vs_spawn_sync}); execFile ${r.direct_exec_file_ms} ms (ratio ${r.warm_ratio_vs_exec_file}); target <= 1.5`);
+      console.log(`first call of a new conversation: median ${r.cold_first_call_ms} ms; bare bwrap: ${r.bare_bwrap_ms} ms; ` +
+        `ratio ${r.cold_ratio} (target <= 1.5)`);
+      console.log(`server: RSS ${r.server_rss_mib} MiB, PSS ${r.server_pss_mib} MiB (target < 10)`);
+      console.log(`idle sandbox: RSS ${r.sandbox_rss_mib} MiB, PSS ${r.sandbox_pss_mib} MiB (target < 5): ` +
+        r.sandbox_processes.map((p) => `${p.comm} ${round(p.rss_kib / 1024, 1)}/${round(p.pss_kib / 1024, 1)}`).join(', '));
+    }
+  } finally {
+    await client.close();
+    rmSync(state, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
