@@ -10,6 +10,7 @@
 #include "sandbox/agent.h"
 #include "sandbox/doctor.h"
 #include "sandbox/manager.h"
+#include "persistence/cli.h"
 #include "tools/register.h"
 
 #include <spdlog/spdlog.h>
@@ -35,6 +36,8 @@ constexpr const char* kUsage =
     "usage: agentbox [serve] [options]     MCP server on stdin/stdout (agentbox serve --help)\n"
     "       agentbox doctor [--state-dir DIR]     check what this host allows and what to change\n"
     "       agentbox replay FILE [-- SERVE_ARGS...]   replay a transcript against a fresh server\n"
+    "       agentbox snapshot list|show|restore|prune ...   snapshots in the state directory\n"
+    "       agentbox sandbox list|destroy ...   sandboxes in the state directory\n"
     "       agentbox version\n";
 
 // Hosts kill a server that has not exited ~2 s after closing its stdin; if a
@@ -113,6 +116,16 @@ int serve(const std::vector<std::string>& args) {
   return 0;
 }
 
+// The arguments with --state-dir added (the default) when they name none.
+std::vector<std::string> with_state_dir(std::vector<std::string> args) {
+  for (const auto& a : args) {
+    if (a.rfind("--state-dir", 0) == 0) return args;
+  }
+  args.push_back("--state-dir");
+  args.push_back(server::default_state_dir().string());
+  return args;
+}
+
 int doctor(std::vector<std::string> args) {
   bool has_state_dir = false;
   for (const auto& a : args) has_state_dir |= a.rfind("--state-dir", 0) == 0;
@@ -142,6 +155,8 @@ int main(int argc, char** argv) {
     if (command == "replay") return server::replay_main(argv[0], args);
     if (command == "agent") return sandbox::agent_main(argc - 1, argv + 1);
     if (command == "doctor") return doctor(args);
+    if (command == "snapshot") return persistence::snapshot_main(with_state_dir(args));
+    if (command == "sandbox") return persistence::sandbox_cli_main(with_state_dir(args));
     if (command == "version" || command == "--version") {
       std::cout << "agentbox " << AGENTBOX_VERSION << "\n";
       return 0;

@@ -1,0 +1,265 @@
+#include "persistence/cli.h"
+
+#include "persistence/recovery.h"
+#include "persistence/sandbox_lock.h"
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace agentbox::persistence {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSnapshotUsage =
+    "usage: agentbox snapshot list [--conversation C]\n"
+    "       agentbox snapshot show SNAPSHOT            details, and check the archive against its digest\n"
+    "       agentbox snapshot restore SNAPSHOT [--to DIR]  into its sandbox (not running), or unpack into DIR\n"
+    "       agentbox snapshot prune [--keep N]         keep the newest N unlabelled snapshots per sandbox (default 5)\n"
+    "  all take --state-dir DIR\n";
+constexpr const char* kSandboxUsage =
+    "usage: agentbox sandbox list\n"
+    "       agentbox sandbox destroy SANDBOX|--conversation C [--keep-snapshots]\n"
+    "  all take --state-dir DIR\n";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;  // --name value, or --flag ""
+};
+
+Args parse(const std::vector<std::string>& args) {
+  Args out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      out.positional.push_back(a);
+    } else if (auto eq = a.find('='); eq != std::string::npos) {
+      out.options[a.substr(2, eq - 2)] = a.substr(eq + 1);
+    } else if (a == "--keep-snapshots" || a == "--help") {
+      out.options[a.substr(2)] = "";
+    } else {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      out.options[a.substr(2)] = args[++i];
+    }
+  }
+  return out;
+}
+
+std::string human(std::uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (1u << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / 1073741824.0);
+  else if (bytes >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  else std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  return buf;
+}
+
+// A progress bar on a terminal; nothing otherwise.
+ArchiveProgressFn progress_bar(const std::string& what) {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [what](const ArchiveProgress& p) {
+    if (p.total_bytes && *p.total_bytes > 0) {
+      int pct = static_cast<int>(100.0 * static_cast<double>(p.bytes) / static_cast<double>(*p.total_bytes));
+      std::string bar(static_cast<std::size_t>(pct / 4), '#');
+      std::fprintf(stderr, "\r%s [%-25s] %3d%%  %llu entries", what.c_str(), bar.c_str(), pct,
+                   static_cast<unsigned long long>(p.files));
+    } else {
+      std::fprintf(stderr, "\r%s %s  %llu entries", what.c_str(), human(p.bytes).c_str(),
+                   static_cast<unsigned long long>(p.files));
+    }
+    std::fflush(stderr);
+  };
+}
+
+void end_bar() {
+  if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
+}
+
+struct State {
+  StateLayout layout;
+  std::unique_ptr<Catalog> catalog;
+};
+
+State open_state(const Args& args) {
+  auto it = args.options.find("state-dir");
+  if (it == args.options.end()) throw std::invalid_argument("--state-dir is required");
+  State s;
+  s.layout.root = it->second;
+  if (!fs::exists(s.layout.catalog()))
+    throw std::runtime_error("no catalog in " + it->second + " (is it an agentbox state directory?)");
+  s.catalog = std::make_unique<Catalog>(s.layout.catalog());
+  return s;
+}
+
+SnapshotRecord need_snapshot(Catalog& catalog, const Args& args) {
+  if (args.positional.size() < 2) throw std::invalid_argument("name the snapshot (see agentbox snapshot list)");
+  auto s = catalog.find_snapshot(args.positional[1]);
+  if (!s) throw std::runtime_error("no snapshot " + args.positional[1]);
+  return *s;
+}
+
+SandboxLock lock_or_fail(const StateLayout& layout, const std::string& sandbox) {
+  SandboxLock lock;
+  if (!SandboxLock::acquire(layout.lock(sandbox), std::chrono::milliseconds(0), lock))
+    throw std::runtime_error("sandbox " + sandbox + " is being driven by a running agentbox server; stop it first");
+  return lock;
+}
+
+int snapshot_list(State& st, const Args& args) {
+  std::string sandbox;
+  if (auto c = args.options.find("conversation"); c != args.options.end()) {
+    auto sb = st.catalog->find_by_conversation(c->second);
+    if (!sb) throw std::runtime_error("no conversation '" + c->second + "'");
+    sandbox = sb->id;
+  }
+  std::map<std::string, std::string> conversations;
+  for (const auto& sb : st.catalog->sandboxes()) conversations[sb.id] = sb.conversation;
+  std::printf("%-18s %-13s %-20s %-25s %10s %8s  %s\n", "SNAPSHOT", "SANDBOX", "CONVERSATION", "CREATED", "SIZE",
+              "ENTRIES", "LABEL/REASON");
+  for (const auto& s : st.catalog->snapshots(sandbox)) {
+    std::printf("%-18s %-13s %-20s %-25s %10s %8llu  %s\n", s.id.c_str(), s.sandbox.c_str(),
+                conversations[s.sandbox].c_str(), s.created_at.c_str(), human(s.bytes).c_str(),
+                static_cast<unsigned long long>(s.files), s.label.empty() ? s.reason.c_str() : ("'" + s.label + "'").c_str());
+  }
+  return 0;
+}
+
+int snapshot_show(State& st, const Args& args) {
+  auto s = need_snapshot(*st.catalog, args);
+  fs::path file = st.layout.root / s.path;
+  std::printf("snapshot   %s\nsandbox    %s\ncreated    %s\nreason     %s\nlabel      %s\nfile       %s\n"
+              "size       %s (%llu bytes)\nentries    %llu\ndigest     %s\n",
+              s.id.c_str(), s.sandbox.c_str(), s.created_at.c_str(), s.reason.c_str(), s.label.c_str(),
+              file.c_str(), human(s.bytes).c_str(), static_cast<unsigned long long>(s.bytes),
+              static_cast<unsigned long long>(s.files), s.digest.c_str());
+  auto r = verify_archive(file);
+  bool ok = r.digest == s.digest;
+  std::printf("check      %s (%llu entries, %s of file contents)\n", ok ? "ok: digest matches" : "DIGEST MISMATCH",
+              static_cast<unsigned long long>(r.files), human(r.bytes).c_str());
+  return ok ? 0 : 1;
+}
+
+int snapshot_restore(State& st, const Args& args) {
+  auto s = need_snapshot(*st.catalog, args);
+  if (auto to = args.options.find("to"); to != args.options.end()) {
+    ExtractOptions options;
+    options.expected_digest = s.digest;
+    options.progress = progress_bar("unpacking");
+    auto r = extract_archive(st.layout.root / s.path, to->second, options);
+    end_bar();
+    std::printf("unpacked %llu entries into %s\n", static_cast<unsigned long long>(r.files), to->second.c_str());
+    return 0;
+  }
+  auto lock = lock_or_fail(st.layout, s.sandbox);
+  st.catalog->set_state(s.sandbox, "restoring", s.id);
+  SnapshotStore store(st.layout, *st.catalog);
+  try {
+    store.restore(s, std::nullopt, progress_bar("restoring"));
+  } catch (...) {
+    st.catalog->set_state(s.sandbox, "stopped", s.id);
+    throw;
+  }
+  end_bar();
+  st.catalog->set_state(s.sandbox, "active");
+  std::printf("sandbox %s now holds snapshot %s; its next call starts on it\n", s.sandbox.c_str(), s.id.c_str());
+  return 0;
+}
+
+int snapshot_prune(State& st, const Args& args) {
+  std::size_t keep = 5;
+  if (auto k = args.options.find("keep"); k != args.options.end()) keep = std::stoul(k->second);
+  SnapshotStore store(st.layout, *st.catalog);
+  std::size_t removed = 0;
+  for (const auto& sb : st.catalog->sandboxes()) {
+    for (const auto& s : store.prune(sb.id, keep)) {
+      std::printf("removed %s (%s, %s)\n", s.id.c_str(), s.created_at.c_str(), human(s.bytes).c_str());
+      ++removed;
+    }
+  }
+  std::printf("%zu snapshot(s) removed; labelled ones and the newest %zu per sandbox kept\n", removed, keep);
+  return 0;
+}
+
+std::uint64_t tree_bytes(const fs::path& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && !it->is_symlink(ec)) total += it->file_size(ec);
+  }
+  return total;
+}
+
+int sandbox_list(State& st) {
+  std::printf("%-13s %-24s %-12s %-8s %10s %9s\n", "SANDBOX", "CONVERSATION", "STATE", "SERVER", "LIVE", "SNAPSHOTS");
+  for (const auto& sb : st.catalog->sandboxes()) {
+    SandboxLock probe;
+    bool driven = !SandboxLock::acquire(st.layout.lock(sb.id), std::chrono::milliseconds(0), probe);
+    std::string server = driven ? (sb.owner_pid ? std::to_string(sb.owner_pid) : "yes") : "-";
+    std::printf("%-13s %-24s %-12s %-8s %10s %9zu\n", sb.id.c_str(), sb.conversation.c_str(), sb.state.c_str(),
+                server.c_str(), human(tree_bytes(st.layout.sandbox(sb.id) / "workspace")).c_str(),
+                st.catalog->snapshots(sb.id).size());
+  }
+  return 0;
+}
+
+int sandbox_destroy(State& st, const Args& args) {
+  std::optional<SandboxRecord> sb;
+  if (auto c = args.options.find("conversation"); c != args.options.end()) sb = st.catalog->find_by_conversation(c->second);
+  else if (args.positional.size() >= 2) sb = st.catalog->find_sandbox(args.positional[1]);
+  else throw std::invalid_argument("name the sandbox or --conversation");
+  if (!sb) throw std::runtime_error("no such sandbox");
+  auto lock = lock_or_fail(st.layout, sb->id);
+  bool keep = args.options.count("keep-snapshots") > 0;
+  std::error_code ec;
+  fs::remove_all(st.layout.sandbox(sb->id), ec);
+  if (keep) {
+    st.catalog->save_sessions(sb->id, {});
+    st.catalog->set_state(sb->id, "none");
+  } else {
+    SnapshotStore store(st.layout, *st.catalog);
+    for (const auto& s : st.catalog->snapshots(sb->id, true)) store.remove(s);
+    fs::remove_all(st.layout.snapshots(sb->id), ec);
+    st.catalog->remove_sandbox(sb->id);
+  }
+  std::printf("destroyed sandbox %s (conversation '%s')%s\n", sb->id.c_str(), sb->conversation.c_str(),
+              keep ? "; snapshots kept" : "");
+  return 0;
+}
+
+}  // namespace
+
+int snapshot_main(const std::vector<std::string>& raw) {
+  Args args = parse(raw);
+  if (args.positional.empty() || args.options.count("help")) {
+    std::cout << kSnapshotUsage;
+    return args.positional.empty() && !args.options.count("help") ? 2 : 0;
+  }
+  State st = open_state(args);
+  const std::string& verb = args.positional[0];
+  if (verb == "list") return snapshot_list(st, args);
+  if (verb == "show") return snapshot_show(st, args);
+  if (verb == "restore") return snapshot_restore(st, args);
+  if (verb == "prune") return snapshot_prune(st, args);
+  std::cerr << "unknown snapshot command '" << verb << "'\n" << kSnapshotUsage;
+  return 2;
+}
+
+int sandbox_cli_main(const std::vector<std::string>& raw) {
+  Args args = parse(raw);
+  if (args.positional.empty() || args.options.count("help")) {
+    std::cout << kSandboxUsage;
+    return args.positional.empty() && !args.options.count("help") ? 2 : 0;
+  }
+  State st = open_state(args);
+  const std::string& verb = args.positional[0];
+  if (verb == "list") return sandbox_list(st);
+  if (verb == "destroy") return sandbox_destroy(st, args);
+  std::cerr << "unknown sandbox command '" << verb << "'\n" << kSandboxUsage;
+  return 2;
+}
+
+}  // namespace agentbox::persistence
