@@ -1,0 +1,209 @@
+#!/usr/bin/env node
+// Runs every benchmark under bench/ against one build and prints one table of
+// ratios, all measured in this run. Called by bench/run after the Release build.
+//
+// Usage: node bench/report.mjs --build DIR [--quick] [--json FILE]
+//
+// Benchmarks written later plug in by convention: `node bench/NAME.mjs --json
+// --bin AGENTBOX` prints one JSON object whose `rows` array holds
+// {name, agentbox, baseline, unit, ratio, target?, met?} (see bench/README.md).
+// A benchmark file that is absent is reported as "not present"; one that fails
+// is reported with its error. No number here comes from anywhere but this run.
+import { spawnSync } from 'node:child_process';
+import { existsSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+
+function parseArgs(argv) {
+  const opts = { build: resolve(HERE, '../build-release'), quick: false, json: undefined };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === '--build') opts.build = resolve(argv[++i]);
+    else if (arg === '--quick') opts.quick = true;
+    else if (arg === '--json') opts.json = resolve(argv[++i]);
+    else throw new Error(`unknown argument ${arg}`);
+  }
+  return opts;
+}
+
+const r2 = (x) => (Number.isFinite(x) ? Math.round(x * 100) / 100 : x);
+
+/** Runs a command; returns {ok, stdout, error}. Output goes to our stderr as it is captured. */
+function run(cmd, args, timeoutMs) {
+  process.stderr.write(`\n$ ${[cmd, ...args].join(' ')}\n`);
+  const r = spawnSync(cmd, args, { encoding: 'utf8', timeout: timeoutMs, maxBuffer: 64 << 20 });
+  process.stderr.write(r.stdout ?? '');
+  process.stderr.write(r.stderr ?? '');
+  if (r.error) return { ok: false, error: r.error.message };
+  if (r.status !== 0) {
+    const tail = `${r.stderr ?? ''}${r.stdout ?? ''}`.trim().split('\n').slice(-1)[0] ?? '';
+    return { ok: false, stdout: r.stdout, error: `exit ${r.status ?? r.signal}: ${tail.slice(0, 160)}` };
+  }
+  return { ok: true, stdout: r.stdout };
+}
+
+const row = (group, name, agentbox, baseline, unit, ratio, target, met) => ({ group, name, agentbox: r2(agentbox), baseline, unit, ratio: r2(ratio), target, met });
+const missing = (group, what) => ({ group, name: what, note: 'not present' });
+const failed = (group, what, error) => ({ group, name: what, note: `failed: ${error}` });
+
+// ---- each benchmark -------------------------------------------------------------
+
+function startup(opts, bin) {
+  const g = 'startup.mjs';
+  const r = run(process.execPath, [join(HERE, 'startup.mjs'), '--json', '--bin', bin, '--n', opts.quick ? '5' : '20'], 300_000);
+  if (!r.ok) return [failed(g, 'start → initialize response', r.error)];
+  const j = JSON.parse(r.stdout);
+  return [
+    row(g, 'start → initialize response (raw stdio)', j.startup_to_initialized_ms.median, `${r2(j.baseline_spawn_true_ms.median)} (spawn /bin/true)`, 'ms', j.startup_over_baseline_ratio),
+    row(g, 'idle server RSS after tools/list', j.idle_rss_mib.median, '', 'MiB'),
+  ];
+}
+
+function sandboxBench(opts, buildDir) {
+  const g = 'sandbox_bench';
+  const bin = join(buildDir, 'bench', 'sandbox_bench');
+  if (!existsSync(bin)) return [missing(g, 'sandbox_bench binary')];
+  // The in-sandbox agent: its own binary where the build makes one.
+  const agent = [join(buildDir, 'agentbox-agent'), join(buildDir, 'tests', 'sandbox', 'agentbox_test_agent')].find(existsSync);
+  if (!agent) return [failed(g, 'sandbox_bench', `no agent binary in ${buildDir}`)];
+  const r = run(bin, [agent, opts.quick ? '50' : '200'], 600_000);
+  if (!r.ok) return [failed(g, 'sandbox_bench', r.error)];
+  const out = r.stdout;
+  const rows = [];
+  let m = /exec \/bin\/true, warm session: median ([\d.]+) ms; direct spawn: median ([\d.]+) ms; ratio ([\d.]+)/.exec(out);
+  rows.push(m ? row(g, 'exec /bin/true in a warm session (manager → agent)', +m[1], `${m[2]} (direct spawn)`, 'ms', +m[3], '<= 1.5', +m[3] <= 1.5) : failed(g, 'warm exec', 'output not understood'));
+  m = /first call of a new conversation: median ([\d.]+) ms.*?bare bwrap true: median ([\d.]+) ms; ratio ([\d.]+)/.exec(out);
+  rows.push(m ? row(g, 'cold start: new sandbox + first exec', +m[1], `${m[2]} (bare bwrap true)`, 'ms', +m[3], '<= 1.5', +m[3] <= 1.5) : failed(g, 'cold start', 'output not understood'));
+  m = /idle sandbox \(bwrap x2 \+ agent\) ([\d.]+) MB; with a session shell ([\d.]+) MB/.exec(out);
+  if (m) {
+    rows.push(row(g, 'idle sandbox RSS (bwrap + agent)', +m[1], '', 'MiB'));
+    rows.push(row(g, 'sandbox RSS with a session shell', +m[2], '', 'MiB'));
+  }
+  return rows;
+}
+
+function peers(opts, bin) {
+  const g = 'peers.mjs';
+  const args = [join(HERE, 'peers.mjs'), '--json', '--bin', bin];
+  if (opts.quick) args.push('--n', '20', '--starts', '3');
+  const r = run(process.execPath, args, 900_000);
+  if (!r.ok) return [failed(g, 'peer comparison', r.error)];
+  const j = JSON.parse(r.stdout);
+  const ours = j.servers[0];
+  const rows = [row(g, `exec \`${j.command}\` via SDK client vs direct spawn`, ours.exec_ms, `${j.direct_spawn_ms} (sh -c from node)`, 'ms', ours.exec_ms / j.direct_spawn_ms)];
+  for (const p of j.servers.slice(1)) {
+    if (p.unavailable) {
+      rows.push({ group: g, name: `vs ${p.label}`, note: p.unavailable });
+      continue;
+    }
+    rows.push(row(g, `exec round trip vs ${p.label}`, ours.exec_ms, `${p.exec_ms}`, 'ms', p.exec_ms / ours.exec_ms, 'peer/agentbox >= 2', p.exec_ms / ours.exec_ms >= 2));
+    rows.push(row(g, `start → initialized vs ${p.label}`, ours.init_ms, `${p.init_ms}`, 'ms', p.init_ms / ours.init_ms, 'peer/agentbox >= 5', p.init_ms / ours.init_ms >= 5));
+    rows.push(row(g, `idle RSS vs ${p.label}`, ours.idle_rss_mib, `${p.idle_rss_mib}`, 'MiB', p.idle_rss_mib / ours.idle_rss_mib, 'peer/agentbox >= 4', p.idle_rss_mib / ours.idle_rss_mib >= 4));
+  }
+  return rows;
+}
+
+/** A teammate's benchmark following the `--json` / `rows` convention. */
+function conventional(opts, group, command, args) {
+  const r = run(command, [...args, ...(opts.quick ? ['--quick'] : [])], 900_000);
+  if (!r.ok) return [failed(group, group, r.error)];
+  let j;
+  try {
+    j = JSON.parse(r.stdout);
+  } catch {
+    return [failed(group, group, 'printed no JSON object (see bench/README.md for the --json convention)')];
+  }
+  if (!Array.isArray(j.rows)) return [failed(group, group, 'JSON has no `rows` array (see bench/README.md)')];
+  return j.rows.map((x) => row(group, x.name, x.agentbox, x.baseline ?? '', x.unit ?? '', x.ratio, x.target, x.met));
+}
+
+function teammate(opts, file, bin) {
+  const script = join(HERE, file);
+  if (existsSync(script)) return conventional(opts, file, process.execPath, [script, '--json', '--bin', bin]);
+  return [missing(file, file)];
+}
+
+/** exec_bench.mjs prints its own flat JSON (keys below), not the `rows` convention. */
+function execBench(opts, bin) {
+  const g = 'exec_bench.mjs';
+  const script = join(HERE, g);
+  if (!existsSync(script)) return [missing(g, g)];
+  const args = [script, '--json', '--bin', bin, ...(opts.quick ? ['--iterations', '50', '--cold', '10'] : [])];
+  const r = run(process.execPath, args, 900_000);
+  if (!r.ok) return [failed(g, g, r.error)];
+  let j;
+  try {
+    j = JSON.parse(r.stdout);
+  } catch {
+    return [failed(g, g, 'printed no JSON object')];
+  }
+  if (Array.isArray(j.rows)) return j.rows.map((x) => row(g, x.name, x.agentbox, x.baseline ?? '', x.unit ?? '', x.ratio, x.target, x.met));
+  const t = j.targets ?? {};
+  const le = (v, limit) => (limit === undefined ? undefined : v <= limit);
+  const tgt = (limit) => (limit === undefined ? undefined : `<= ${limit}`);
+  return [
+    row(g, 'exec /bin/true, warm session, via MCP SDK client', j.warm_exec_ms, `${j.direct_spawn_sync_ms} (spawnSync from node)`, 'ms', j.warm_ratio_vs_spawn_sync, tgt(t.warm_ratio), le(j.warm_ratio_vs_spawn_sync, t.warm_ratio)),
+    row(g, 'exec /bin/true, warm session, vs async spawn', j.warm_exec_ms, `${j.direct_exec_file_ms} (execFile from node)`, 'ms', j.warm_ratio_vs_exec_file),
+    row(g, 'cold start via MCP: new conversation + exec', j.cold_first_call_ms, `${j.bare_bwrap_ms} (bare bwrap true)`, 'ms', j.cold_ratio, tgt(t.cold_ratio), le(j.cold_ratio, t.cold_ratio)),
+    row(g, 'server RSS (PSS)', j.server_rss_mib, `PSS ${j.server_pss_mib}`, 'MiB', undefined, tgt(t.server_rss_mib), le(j.server_rss_mib, t.server_rss_mib)),
+    row(g, 'idle sandbox PSS (RSS)', j.sandbox_pss_mib, `RSS ${j.sandbox_rss_mib}`, 'MiB', undefined, tgt(t.sandbox_mib), le(j.sandbox_pss_mib, t.sandbox_mib)),
+  ];
+}
+
+function snapshot(opts, bin, buildDir) {
+  const script = join(HERE, 'snapshot_bench.mjs');
+  if (existsSync(script)) return conventional(opts, 'snapshot_bench.mjs', process.execPath, [script, '--json', '--bin', bin]);
+  const native = join(buildDir, 'bench', 'snapshot_bench');
+  if (existsSync(native)) return conventional(opts, 'snapshot_bench', native, ['--json']);
+  return [missing('snapshot bench', 'snapshot_bench (.mjs or native)')];
+}
+
+// ---- the table ------------------------------------------------------------------------
+
+function table(rows) {
+  const cols = [
+    ['benchmark', (r) => r.group],
+    ['measure', (r) => r.name],
+    ['agentbox', (r) => (r.note ? '' : `${r.agentbox ?? ''}`)],
+    ['baseline', (r) => (r.note ? '' : `${r.baseline ?? ''}`)],
+    ['unit', (r) => r.unit ?? ''],
+    ['ratio', (r) => (r.note ? r.note : r.ratio === undefined ? '' : `${r.ratio}x`)],
+    ['target', (r) => r.target ?? ''],
+    ['met', (r) => (r.met === undefined ? '' : r.met ? 'yes' : 'NO')],
+  ];
+  const cells = rows.map((r) => cols.map(([, f]) => String(f(r))));
+  const widths = cols.map(([h], i) => Math.min(70, Math.max(h.length, ...cells.map((c) => c[i].length))));
+  const line = (vals) => `| ${vals.map((v, i) => v.padEnd(widths[i])).join(' | ')} |`;
+  return [line(cols.map(([h]) => h)), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...cells.map(line)].join('\n');
+}
+
+function main() {
+  const opts = parseArgs(process.argv.slice(2));
+  const bin = join(opts.build, 'agentbox');
+  if (!existsSync(bin)) {
+    console.error(`bench: ${bin} not found; build first (bench/run does)`);
+    process.exit(2);
+  }
+  const started = new Date();
+  const rows = [
+    ...startup(opts, bin),
+    ...sandboxBench(opts, opts.build),
+    ...peers(opts, bin),
+    ...execBench(opts, bin),
+    ...teammate(opts, 'files_bench.mjs', bin),
+    ...snapshot(opts, bin, opts.build),
+  ];
+  const header = `agentbox benchmarks — ${started.toISOString()} — ${bin}${opts.quick ? ' (quick)' : ''}\n` +
+    `ratio = agentbox/baseline for "vs direct/bare" rows, peer/agentbox for peer rows (higher is better there)`;
+  console.log(`\n${header}\n${table(rows)}`);
+  if (opts.json) writeFileSync(opts.json, JSON.stringify({ started, binary: bin, quick: opts.quick, rows }, null, 2));
+  const misses = rows.filter((r) => r.met === false).length;
+  const failures = rows.filter((r) => r.note?.startsWith('failed')).length;
+  console.log(`\n${rows.length} rows; ${misses} targets not met; ${failures} benchmarks failed; ` +
+    `${rows.filter((r) => r.note === 'not present').length} not present`);
+  process.exit(failures ? 1 : 0);
+}
+
+main();
