@@ -5,6 +5,8 @@
 // reads. The structured result is the agent's result as is.
 #include "tools/sandbox_call.h"
 
+#include "sandbox/output_buffer.h"
+
 namespace agentbox::tools {
 
 namespace {
@@ -14,10 +16,22 @@ using std::chrono::milliseconds;
 std::string str(const json& r, const char* key) { return r.value(key, std::string()); }
 std::string num(const json& r, const char* key) { return std::to_string(r.value(key, std::uint64_t{0})); }
 
+// The model sees the text: a page asked for with a large `length` (up to
+// 1 MiB, for programs that page through structuredContent) is shown up to the
+// inline cap, so the message carries the big page once, not twice.
+constexpr std::size_t kInlineTextBytes = 30'000;
+
 std::string read_text(const json& r) {
   std::string text = str(r, "content");
   if (text.empty() && !r.value("truncated", false)) {
     return "(" + str(r, "path") + ": no content from byte " + num(r, "offset") + ", file size " + num(r, "size") + ")";
+  }
+  if (text.size() > kInlineTextBytes) {
+    text = std::string(sandbox::utf8_prefix(text, kInlineTextBytes));
+    if (text.back() != '\n') text += '\n';
+    return text + "[... the first " + std::to_string(text.size()) + " of the " + num(r, "bytes") +
+           " bytes read are shown here; structuredContent.content has them all; next_offset " + num(r, "next_offset") +
+           (r.value("truncated", false) ? " continues the file]" : " is the end of the file]");
   }
   if (r.value("truncated", false)) {
     if (!text.empty() && text.back() != '\n') text += '\n';
