@@ -3,6 +3,7 @@
 // ratios, all measured in this run. Called by bench/run after the Release build.
 //
 // Usage: node bench/report.mjs --build DIR [--quick] [--json FILE]
+//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench]
 //
 // Benchmarks written later plug in by convention: `node bench/NAME.mjs --json
 // --bin AGENTBOX` prints one JSON object whose `rows` array holds
@@ -10,19 +11,21 @@
 // A benchmark file that is absent is reported as "not present"; one that fails
 // is reported with its error. No number here comes from anywhere but this run.
 import { spawnSync } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const opts = { build: resolve(HERE, '../build-release'), quick: false, json: undefined };
+  const opts = { build: resolve(HERE, '../build-release'), quick: false, json: undefined, only: undefined };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === '--build') opts.build = resolve(argv[++i]);
     else if (arg === '--quick') opts.quick = true;
     else if (arg === '--json') opts.json = resolve(argv[++i]);
+    else if (arg === '--only') opts.only = argv[++i].split(',');
     else throw new Error(`unknown argument ${arg}`);
   }
   return opts;
@@ -152,12 +155,27 @@ function execBench(opts, bin) {
   ];
 }
 
-function snapshot(opts, bin, buildDir) {
-  const script = join(HERE, 'snapshot_bench.mjs');
-  if (existsSync(script)) return conventional(opts, 'snapshot_bench.mjs', process.execPath, [script, '--json', '--bin', bin]);
+/** bench/snapshot_bench (native) prints text lines: parse them, as for sandbox_bench. */
+function snapshot(opts, buildDir) {
+  const g = 'snapshot_bench';
   const native = join(buildDir, 'bench', 'snapshot_bench');
-  if (existsSync(native)) return conventional(opts, 'snapshot_bench', native, ['--json']);
-  return [missing('snapshot bench', 'snapshot_bench (.mjs or native)')];
+  if (!existsSync(join(HERE, 'snapshot_bench.cpp'))) return [missing(g, g)];
+  if (!existsSync(native)) return [failed(g, g, `${native} not built`)];
+  const work = mkdtempSync(join(tmpdir(), 'agentbox-snapshot-bench-'));
+  try {
+    const r = run(native, [join(work, 'w'), opts.quick ? '1' : '3'], 900_000);
+    if (!r.ok) return [failed(g, g, r.error)];
+    const rows = [];
+    const size = /workspace: (\d+) entries, ([\d.]+) MB/.exec(r.stdout);
+    const what = size ? ` (${size[1]} entries, ${size[2]} MB)` : '';
+    for (const [label, key] of [['snapshot (create)', 'snapshot'], ['restore (extract)', 'restore']]) {
+      const m = new RegExp(`${key} \\([a-z]+\\): agentbox +([\\d.]+) s +([\\d.]+) MB/s \\| tar --zstd +([\\d.]+) s +([\\d.]+) MB/s \\| ratio ([\\d.]+)x`).exec(r.stdout);
+      rows.push(m ? row(g, `${label}${what} vs tar --zstd (tar time / agentbox time)`, +m[2], `${m[4]} (tar --zstd)`, 'MB/s', +m[5], '>= 1', +m[5] >= 1) : failed(g, label, 'output not understood'));
+    }
+    return rows;
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
 }
 
 // ---- the table ------------------------------------------------------------------------
@@ -187,14 +205,15 @@ function main() {
     process.exit(2);
   }
   const started = new Date();
-  const rows = [
-    ...startup(opts, bin),
-    ...sandboxBench(opts, opts.build),
-    ...peers(opts, bin),
-    ...execBench(opts, bin),
-    ...teammate(opts, 'files_bench.mjs', bin),
-    ...snapshot(opts, bin, opts.build),
+  const benches = [
+    ['startup', () => startup(opts, bin)],
+    ['sandbox_bench', () => sandboxBench(opts, opts.build)],
+    ['peers', () => peers(opts, bin)],
+    ['exec_bench', () => execBench(opts, bin)],
+    ['files_bench', () => teammate(opts, 'files_bench.mjs', bin)],
+    ['snapshot_bench', () => snapshot(opts, opts.build)],
   ];
+  const rows = benches.filter(([name]) => !opts.only || opts.only.includes(name)).flatMap(([, f]) => f());
   const header = `agentbox benchmarks — ${started.toISOString()} — ${bin}${opts.quick ? ' (quick)' : ''}\n` +
     `ratio = agentbox/baseline for "vs direct/bare" rows, peer/agentbox for peer rows (higher is better there)`;
   console.log(`\n${header}\n${table(rows)}`);
