@@ -7,6 +7,7 @@
 #include "sandbox/agent_processes.h"
 #include "sandbox/agent_sessions.h"
 #include "sandbox/seccomp.h"
+#include "sandbox/thread_cache.h"
 
 #include <csignal>
 #include <cstdio>
@@ -114,8 +115,9 @@ void apply_rlimits(const AgentOptions& o) {
   }
 }
 
-// Serves requests until stdin closes. Each request runs on its own thread:
-// an exec that waits on a command must not hold up a ping or another session.
+// Serves requests until stdin closes. Each request runs on a thread of its
+// own (an exec that waits on a command must not hold up a ping or another
+// session), taken from a cache so that a request does not pay a clone.
 class AgentServer {
  public:
   AgentServer(const AgentOptions& options)
@@ -173,7 +175,7 @@ class AgentServer {
       std::lock_guard lock(mutex_);
       active_[id.dump()] = call;
     }
-    std::thread([this, call, method = it->second] {
+    threads_.run([this, call, method = it->second] {
       json reply;
       try {
         reply = rpc::make_result(call->id(), method(*call));
@@ -189,7 +191,7 @@ class AgentServer {
         active_.erase(call->id().dump());
       }
       writer_.write_line(rpc::serialize(reply));
-    }).detach();
+    });
   }
 
   void cancel(const json& id) {
@@ -210,6 +212,7 @@ class AgentServer {
   rpc::LineWriter writer_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<AgentRequest>> active_;
+  ThreadCache threads_;
 };
 
 }  // namespace

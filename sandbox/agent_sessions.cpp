@@ -28,11 +28,16 @@ namespace {
 // ones excluded), functions, aliases, shell options, then the cwd last.
 // ${!a@} lists names by prefix without forking (compgen in $(...) would cost
 // a fork per command). The file is on a tmpfs: an ext4 truncate costs ms here.
+// bash line-buffers its output, so every line saved is a write(2): options
+// are written only when they differ from a fresh shell's (about 90 lines
+// saved per command), and one declare -p covers all variables.
 constexpr const char* kShellRc = R"(shopt -s expand_aliases
+__ab_opts="$BASHOPTS $SHELLOPTS"
 __ab_save() {
   {
-    builtin declare -f; builtin alias -p; builtin shopt -p; builtin set +o
-    local __ab_n
+    builtin declare -f; builtin alias -p
+    [[ "$BASHOPTS $SHELLOPTS" == "$__ab_opts" ]] || { builtin shopt -p; builtin set +o; }
+    local __ab_n __ab_v=()
     for __ab_n in ${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!j@} ${!k@} ${!l@} ${!m@} \
         ${!n@} ${!o@} ${!p@} ${!q@} ${!r@} ${!s@} ${!t@} ${!u@} ${!v@} ${!w@} ${!x@} ${!y@} ${!z@} \
         ${!A@} ${!B@} ${!C@} ${!D@} ${!E@} ${!F@} ${!G@} ${!H@} ${!I@} ${!J@} ${!K@} ${!L@} ${!M@} \
@@ -40,9 +45,10 @@ __ab_save() {
       case $__ab_n in
         BASH*|FUNCNAME|PIPESTATUS|_|SHLVL|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|EPOCH*|PPID|UID|EUID|GROUPS) ;;
         SHELLOPTS|DIRSTACK|COMP_*|__ab*|OPTIND|OPTERR|PWD) ;;
-        *) builtin declare -p "$__ab_n" ;;
+        *) __ab_v+=("$__ab_n") ;;
       esac
     done
+    (( ${#__ab_v[@]} )) && builtin declare -p "${__ab_v[@]}"
     builtin printf 'builtin cd -- %q\n' "$PWD"
   } >"$__ab_dir/state" 2>/dev/null
 }
@@ -405,8 +411,13 @@ json Sessions::exec(AgentRequest& request) {
 
   std::string assignments;
   for (const auto& [key, value] : env) assignments += key + "=" + shell_quote(value) + " ";
-  std::string body = assignments + ". " + shell_quote(cmd_file);
-  std::string redirect = " <" + shell_quote(stdin_source) + " >" + shell_quote(out_file) + " 2>" + shell_quote(err_file);
+  // bash reads a pipe one byte per read(2) (it must not consume what a
+  // command after this line would read), so the line names its files
+  // relative to the session's directory, $__ab_dir, to stay short.
+  auto in_dir = [&n](char kind) { return "\"$__ab_dir/" + std::string(1, kind) + n + "\""; };
+  std::string body = assignments + ". " + in_dir('c');
+  std::string redirect = " <" + (stdin_source == in_file ? in_dir('i') : stdin_source) + " >" + in_dir('o') +
+                         " 2>" + in_dir('e');
   std::string line;
   if (cwd_override.empty()) {
     line = "{ " + body + "; }" + redirect + "; __ab_done $?\n";
@@ -424,7 +435,9 @@ json Sessions::exec(AgentRequest& request) {
   rpc::write_all(s->control_fd, line);
 
   auto deadline = run.started + timeout;
-  bool report_open = true;
+  // A stream at its end stays readable (POLLHUP): it leaves the poll set, or
+  // the loop would spin while the shell is still writing its report.
+  bool report_open = true, out_open = true, err_open = true;
   while (!run.reported && !run.shell_died) {
     auto now = Clock::now();
     if (now >= deadline) {
@@ -436,12 +449,13 @@ json Sessions::exec(AgentRequest& request) {
     // The shell's end is watched on the reaper's status pipe, not on EOF of
     // the report pipe: after `exec prog` the command still runs though the
     // shell (and its report pipe) is gone.
-    pollfd fds[5] = {{report_open ? s->report_fd : -1, POLLIN, 0}, {run.out_fd, POLLIN, 0}, {run.err_fd, POLLIN, 0},
+    pollfd fds[5] = {{report_open ? s->report_fd : -1, POLLIN, 0}, {out_open ? run.out_fd : -1, POLLIN, 0},
+                     {err_open ? run.err_fd : -1, POLLIN, 0},
                      {run.cancel_fd, POLLIN, 0}, {s->shell.status_fd, POLLIN, 0}};
     int ready = poll(fds, 5, static_cast<int>(wait.count()) + 1);
     if (ready < 0 && errno != EINTR) break;
-    if (fds[1].revents) pump(run.out_fd, run.out, run.stream ? &run.pending_out : nullptr, 1 << 20);
-    if (fds[2].revents) pump(run.err_fd, run.err, run.stream ? &run.pending_err : nullptr, 1 << 20);
+    if (fds[1].revents) out_open = pump(run.out_fd, run.out, run.stream ? &run.pending_out : nullptr, 1 << 20);
+    if (fds[2].revents) err_open = pump(run.err_fd, run.err, run.stream ? &run.pending_err : nullptr, 1 << 20);
     if (fds[3].revents) {
       run.cancelled = true;
       break;

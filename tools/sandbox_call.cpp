@@ -1,8 +1,8 @@
 #include "tools/sandbox_call.h"
 
-#include <spdlog/spdlog.h>
+#include "sandbox/thread_cache.h"
 
-#include <thread>
+#include <spdlog/spdlog.h>
 
 namespace agentbox::tools {
 
@@ -26,7 +26,10 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
                 Formatter format) {
   sandbox::Manager* manager = manager_or_reply(services, reply);
   if (!manager) return;
-  std::thread([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
+  // Not on the dispatcher's pool: a sandbox may have to start or be restored
+  // first, which would hold a pool worker for tens of milliseconds or more.
+  static sandbox::ThreadCache threads;
+  threads.run([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
     std::shared_ptr<sandbox::Lease> lease;
     try {
       // A stopped sandbox is restored first; a long restore reports progress.
@@ -61,7 +64,7 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
     };
     std::uint64_t id = client->call_async(call.method, std::move(call.params), call.timeout, done, notes);
     context->on_cancel([client, id] { client->cancel(id); });
-  }).detach();
+  });
 }
 
 }  // namespace agentbox::tools

@@ -53,6 +53,21 @@ TEST_CASE("exit inside a command does not break the session") {
   CHECK(f.exec("echo alive")["stdout"] == "alive\n");
 }
 
+TEST_CASE("shell options survive a restarted shell, changed or back to their defaults") {
+  SandboxFixture f;
+  // Options are saved only when they differ from a fresh shell's.
+  f.exec("shopt -s extglob nullglob; shopt -u expand_aliases; set -o pipefail -o noglob");
+  f.exec("exit 0");  // the next command runs in a new shell, restored from the saved state
+  auto r = f.exec("shopt -q extglob && shopt -q nullglob && ! shopt -q expand_aliases && echo shopt; "
+                  "[[ $SHELLOPTS == *pipefail* && $SHELLOPTS == *noglob* ]] && echo set");
+  CHECK(r["stdout"] == "shopt\nset\n");
+  f.exec("shopt -u extglob nullglob; shopt -s expand_aliases; set +o pipefail +o noglob");
+  f.exec("exit 0");
+  r = f.exec("shopt -q extglob || shopt -q nullglob || echo off; shopt -q expand_aliases && echo aliases; "
+             "[[ $SHELLOPTS != *pipefail* && $SHELLOPTS != *noglob* ]] && echo unset");
+  CHECK(r["stdout"] == "off\naliases\nunset\n");
+}
+
 TEST_CASE("cwd and env given to one exec apply to that command only") {
   SandboxFixture f;
   auto r = f.exec("pwd; echo $ONLY_HERE", {{"cwd", "/tmp"}, {"env", {{"ONLY_HERE", "v a'l"}}}});
