@@ -239,8 +239,11 @@ std::uint64_t AgentClient::call_async(const std::string& method, json params, st
     if (dead_ || stopping_) {
       refusal = death_reason_.empty() ? "the sandbox is stopping" : death_reason_;
     } else {
-      pending_[id] = Pending{std::move(callback), std::move(notes), std::chrono::steady_clock::now() + timeout};
-      changed_.notify_all();
+      auto deadline = std::chrono::steady_clock::now() + timeout;
+      pending_[id] = Pending{std::move(callback), std::move(notes), deadline};
+      // The watchdog sleeps until the earliest deadline it knows of: waking it
+      // for a later one would cost a thread switch per call for nothing.
+      if (deadline < watchdog_wake_) changed_.notify_all();
     }
   }
   if (!refusal.empty()) {
@@ -308,6 +311,7 @@ void AgentClient::watchdog_main() {
       lock.lock();
       continue;
     }
+    watchdog_wake_ = next;
     changed_.wait_until(lock, next);
   }
 }

@@ -104,6 +104,8 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   std::vector<std::string> stderr_tail_;
   std::map<std::uint64_t, Pending> pending_;
   std::uint64_t next_id_ = 1;
+  // When the watchdog will next look at deadlines unless woken.
+  std::chrono::steady_clock::time_point watchdog_wake_ = std::chrono::steady_clock::time_point::max();
   std::thread reader_, stderr_reader_, watchdog_;
 };
 
