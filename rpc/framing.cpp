@@ -1,6 +1,8 @@
 #include "rpc/framing.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <sys/uio.h>
 #include <unistd.h>
 
 namespace agentbox::rpc {
@@ -92,14 +94,28 @@ int write_all(int fd, std::string_view data) {
 }
 
 bool LineWriter::write_line(std::string_view line) {
-  std::string framed;
-  framed.reserve(line.size() + 1);
-  framed.append(line);
-  framed.push_back('\n');
   std::lock_guard lock(mutex_);
   if (closed_) return false;
-  if (write_all(fd_, framed) != 0) closed_ = true;
-  return !closed_;
+  // The line and its newline in one writev: a message can be megabytes, not
+  // worth copying to append one byte.
+  iovec parts[2] = {{const_cast<char*>(line.data()), line.size()}, {const_cast<char*>("\n"), 1}};
+  std::size_t total = line.size() + 1, done = 0;
+  while (done < total) {
+    ssize_t n = ::writev(fd_, parts, 2);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      closed_ = true;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+    for (auto& part : parts) {
+      std::size_t used = std::min(part.iov_len, static_cast<std::size_t>(n));
+      part.iov_base = static_cast<char*>(part.iov_base) + used;
+      part.iov_len -= used;
+      n -= static_cast<ssize_t>(used);
+    }
+  }
+  return true;
 }
 
 bool LineWriter::closed() const {

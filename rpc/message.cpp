@@ -1,5 +1,7 @@
 #include "rpc/message.h"
 
+#include "rpc/json_text.h"
+
 namespace agentbox::rpc {
 
 json Error::to_json() const {
@@ -33,7 +35,7 @@ std::optional<Error> parse_error_object(const json& e) {
 
 }  // namespace
 
-std::variant<Message, Invalid> classify(const json& value) {
+std::variant<Message, Invalid> classify(json value) {
   if (value.is_array())
     return invalid(nullptr, "JSON-RPC batches are not supported (removed in MCP 2025-06-18)");
   if (!value.is_object()) return invalid(nullptr, "a JSON-RPC message must be an object");
@@ -49,23 +51,23 @@ std::variant<Message, Invalid> classify(const json& value) {
   if (value.contains("method")) {
     const json& method = value["method"];
     if (!method.is_string()) return invalid(usable_id, "\"method\" must be a string");
-    json params = value.contains("params") ? value["params"] : json();
+    json params = value.contains("params") ? std::move(value["params"]) : json();
     if (!params.is_null() && !params.is_object() && !params.is_array())
       return invalid(usable_id, "\"params\" must be an object or an array");
     if (!has_id) return Message{Notification{method.get<std::string>(), std::move(params)}};
     if (!valid_id(id)) return invalid(nullptr, "\"id\" must be a string or an integer");
-    return Message{Request{id, method.get<std::string>(), std::move(params)}};
+    return Message{Request{std::move(id), method.get<std::string>(), std::move(params)}};
   }
 
   if (value.contains("result") || value.contains("error")) {
     if (!has_id) return invalid(nullptr, "a response needs an \"id\"");
-    Response response{id, std::nullopt, std::nullopt};
+    Response response{std::move(id), std::nullopt, std::nullopt};
     if (value.contains("error")) {
       auto err = parse_error_object(value["error"]);
       if (!err) return invalid(usable_id, "malformed \"error\" object in response");
       response.error = std::move(err);
     } else {
-      response.result = value["result"];
+      response.result = std::move(value["result"]);
     }
     return Message{std::move(response)};
   }
@@ -73,10 +75,11 @@ std::variant<Message, Invalid> classify(const json& value) {
 }
 
 std::variant<Message, Invalid> parse_message(std::string_view line) {
-  json value = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  std::optional<json> fast = read_json(line);
+  json value = fast ? std::move(*fast) : json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded())
     return Invalid{nullptr, Error{ErrorCode::ParseError, "parse error: the line is not valid JSON", nullptr}};
-  return classify(value);
+  return classify(std::move(value));
 }
 
 json make_request(const json& id, std::string_view method, const json& params) {
@@ -99,8 +102,6 @@ json make_error(const json& id, const Error& error) {
   return {{"jsonrpc", "2.0"}, {"id", id}, {"error", error.to_json()}};
 }
 
-std::string serialize(const json& message) {
-  return message.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string serialize(const json& message) { return write_json(message); }
 
 }  // namespace agentbox::rpc

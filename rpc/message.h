@@ -64,8 +64,9 @@ struct Invalid {
 // with InvalidRequest: MCP removed them in 2025-06-18.
 std::variant<Message, Invalid> parse_message(std::string_view line);
 
-// Classifies an already parsed value (see parse_message).
-std::variant<Message, Invalid> classify(const json& value);
+// Classifies an already parsed value (see parse_message). Taken by value so a
+// caller that moves it in gets params and result without a copy.
+std::variant<Message, Invalid> classify(json value);
 
 json make_request(const json& id, std::string_view method, const json& params);
 json make_notification(std::string_view method, const json& params);

@@ -100,6 +100,9 @@ void AgentClient::reader_main(LaunchSpec spec) {
     changed_.notify_all();
     return;
   }
+  // A file page is a megabyte: a pipe that holds it lets the agent write it in
+  // one go instead of sixteen 64 KiB hand-offs with the reader (best effort).
+  fcntl(out[1], F_SETPIPE_SZ, 1 << 20);
   pid_t pid = fork();
   if (pid == 0) {
     // Async-signal-safe calls only from here to exec: the server is multithreaded.
@@ -202,7 +205,7 @@ void AgentClient::handle_line(const std::string& text) {
                                                              : codes::kInternal;
       outcome.error = SandboxError(code, response->error->message);
     } else {
-      outcome.result = response->result.value_or(json::object());
+      outcome.result = std::move(response->result).value_or(json::object());
     }
     deliver(response->id.get<std::uint64_t>(), std::move(outcome));
   } else if (auto* note = std::get_if<rpc::Notification>(message)) {

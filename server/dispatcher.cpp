@@ -80,8 +80,10 @@ void Call::finish(json message, const char* outcome) {
                    std::to_string(dispatcher_.options_.max_message_bytes) + " byte message limit",
                nullptr});
     outcome = "error";
+    dispatcher_.send(message);
+  } else {
+    dispatcher_.output_.send_serialized(message, text);
   }
-  dispatcher_.send(message);
   rpc_log()->info("--> {}({}) {} {} ms", method(), id().dump(), outcome, elapsed.count());
 }
 

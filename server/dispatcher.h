@@ -26,6 +26,12 @@ class Output {
  public:
   virtual ~Output() = default;
   virtual void send(const json& message) = 0;
+  // The same message already serialised (line is rpc::serialize(message)):
+  // a transport writes the line instead of serialising a large result again.
+  virtual void send_serialized(const json& message, std::string_view line) {
+    (void)line;
+    send(message);
+  }
 };
 
 class Dispatcher;

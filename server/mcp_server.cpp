@@ -34,10 +34,13 @@ class ToolCallContext : public tools::CallContext {
   std::string conversation_;
 };
 
-json call_tool_result(const tools::ToolResult& result) {
-  return json{{"content", json::array({json{{"type", "text"}, {"text", result.text}}})},
-              {"structuredContent", result.structured},
-              {"isError", result.is_error}};
+// Moves the result in: structuredContent may hold a megabyte page.
+json call_tool_result(tools::ToolResult result) {
+  json out = json::object();
+  out["content"] = json::array({json{{"type", "text"}, {"text", std::move(result.text)}}});
+  out["structuredContent"] = std::move(result.structured);
+  out["isError"] = result.is_error;
+  return out;
 }
 
 }  // namespace
@@ -149,7 +152,7 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
   }
   std::string conversation = resolve_conversation(params.arguments, call->meta().raw, options_.default_conversation);
   auto context = std::make_shared<ToolCallContext>(call, conversation);
-  tools::ToolReply reply(params.name, [call](tools::ToolResult result) { call->reply(call_tool_result(result)); });
+  tools::ToolReply reply(params.name, [call](tools::ToolResult result) { call->reply(call_tool_result(std::move(result))); });
   registry_.function(*tool)(params.arguments, context, reply);
 }
 

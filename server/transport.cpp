@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdexcept>
 #include <sys/eventfd.h>
@@ -37,13 +38,19 @@ StdioTransport::StdioTransport(int in_fd, int out_fd, std::size_t max_line_bytes
     : in_fd_(in_fd), max_line_(max_line_bytes), writer_(out_fd), recorder_(recorder) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  // When stdout is a pipe, room for a whole file page (1 MiB): the reply is
+  // written at once instead of in 64 KiB steps paced by the host's reads.
+  // Best effort (not a pipe, or over /proc/sys/fs/pipe-max-size).
+  ::fcntl(out_fd, F_SETPIPE_SZ, 1 << 20);
 }
 
 StdioTransport::~StdioTransport() { ::close(wake_fd_); }
 
-void StdioTransport::send(const json& message) {
+void StdioTransport::send(const json& message) { send_serialized(message, rpc::serialize(message)); }
+
+void StdioTransport::send_serialized(const json& message, std::string_view line) {
   if (recorder_) recorder_->outgoing(message);
-  if (!writer_.write_line(rpc::serialize(message))) spdlog::debug("stdout is closed; message dropped");
+  if (!writer_.write_line(line)) spdlog::debug("stdout is closed; message dropped");
 }
 
 void StdioTransport::stop() {

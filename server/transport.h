@@ -37,6 +37,7 @@ class StdioTransport : public Output {
   ~StdioTransport() override;
 
   void send(const json& message) override;
+  void send_serialized(const json& message, std::string_view line) override;
 
   // Reads lines until end of input or stop(), handing each to the dispatcher.
   void run(Dispatcher& dispatcher);

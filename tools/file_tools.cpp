@@ -22,17 +22,21 @@ std::string num(const json& r, const char* key) { return std::to_string(r.value(
 constexpr std::size_t kInlineTextBytes = 30'000;
 
 std::string read_text(const json& r) {
-  std::string text = str(r, "content");
-  if (text.empty() && !r.value("truncated", false)) {
+  auto content = r.find("content");
+  std::string_view page = content != r.end() && content->is_string()
+                              ? std::string_view(content->get_ref<const std::string&>())
+                              : std::string_view();
+  if (page.empty() && !r.value("truncated", false)) {
     return "(" + str(r, "path") + ": no content from byte " + num(r, "offset") + ", file size " + num(r, "size") + ")";
   }
-  if (text.size() > kInlineTextBytes) {
-    text = std::string(sandbox::utf8_prefix(text, kInlineTextBytes));
+  if (page.size() > kInlineTextBytes) {
+    std::string text(sandbox::utf8_prefix(page, kInlineTextBytes));
     if (text.back() != '\n') text += '\n';
     return text + "[... the first " + std::to_string(text.size()) + " of the " + num(r, "bytes") +
            " bytes read are shown here; structuredContent.content has them all; next_offset " + num(r, "next_offset") +
            (r.value("truncated", false) ? " continues the file]" : " is the end of the file]");
   }
+  std::string text(page);
   if (r.value("truncated", false)) {
     if (!text.empty() && text.back() != '\n') text += '\n';
     text += "[... bytes " + num(r, "offset") + "-" + num(r, "next_offset") + " of " + num(r, "size") +
@@ -85,8 +89,10 @@ void bind_tool(Registry& registry, const Services& services, const char* tool, c
 
 void register_file_tools(Registry& registry, const Services& services) {
   const milliseconds normal{60'000}, long_walk{300'000};
-  bind_tool(registry, services, "file_read", "file.read", normal,
-            [](const json& r) { return ToolResult::ok(r, read_text(r)); });
+  bind_tool(registry, services, "file_read", "file.read", normal, [](json r) {
+    std::string text = read_text(r);
+    return ToolResult::ok(std::move(r), std::move(text));
+  });
   bind_tool(registry, services, "file_write", "file.write", normal, [](const json& r) {
     return ToolResult::ok(r, "Wrote " + num(r, "bytes_written") + " bytes to " + str(r, "path") + " (size now " +
                                  num(r, "size") + ")");

@@ -55,7 +55,7 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
         reply(error_result(*outcome.error));
         return;
       }
-      ToolResult result = format(outcome.result);
+      ToolResult result = format(std::move(outcome.result));
       if (!lease->notice().empty() && !result.is_error) {
         result.structured["notice"] = lease->notice();
         result.text = "Note: " + lease->notice() + "\n" + result.text;

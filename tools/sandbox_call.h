@@ -13,8 +13,8 @@
 
 namespace agentbox::tools {
 
-// Builds the tool result from the agent's result object.
-using Formatter = std::function<ToolResult(const json& result)>;
+// Builds the tool result from the agent's result object (moved in: it may hold a megabyte page).
+using Formatter = std::function<ToolResult(json result)>;
 
 struct AgentCall {
   std::string method;

@@ -1,9 +1,16 @@
 // rpc/message: classifying lines into requests, notifications and responses,
 // every way a line can fail to be one, and the builders round-tripping through
-// the classifier.
+// the classifier. rpc/json_text: the fast writer and reader against
+// nlohmann's dump and parse.
 #include "rpc/message.h"
 
+#include "rpc/json_text.h"
+
 #include <catch2/catch.hpp>
+
+#include <limits>
+#include <random>
+#include <vector>
 
 using agentbox::rpc::ErrorCode;
 using agentbox::rpc::Invalid;
@@ -222,4 +229,153 @@ TEST_CASE("serialize writes one line and survives invalid UTF-8", "[rpc][message
   CHECK(line.find('\n') == std::string::npos);
   auto note = std::get<Notification>(parse_ok(line));
   CHECK(note.params["text"] == "a\nb");
+}
+
+namespace {
+
+// What serialize() must produce, byte for byte: nlohmann's own dump with
+// invalid UTF-8 replaced (the format before the fast writer existed).
+std::string reference(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Strings built to hit every branch of the escaper: plain runs longer and
+// shorter than a word, each escape, control bytes, DEL, and UTF-8 sequences
+// of every length next to word boundaries.
+std::string random_text(std::mt19937& rng, bool valid_utf8) {
+  static const std::vector<std::string> pieces = {
+      "a", "plain text ", std::string(17, 'x'), "\"", "\\", "/", "\b", "\f", "\n", "\r", "\t", std::string(1, '\0'),
+      "\x01", "\x1f", "\x7f", " ", "é", "€", "😀", "\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf",
+      "\xee\x80\x80", "\xef\xbf\xbf", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"};
+  static const std::vector<std::string> invalid = {
+      "\x80", "\xbf", "\xc0\x80", "\xc1\xbf", "\xc2", "\xe0\x80\x80", "\xe0\xa0", "\xed\xa0\x80", "\xf0\x80\x80\x80",
+      "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "\xfe", "\xf0\x90\x80", "\xe2\x82"};
+  std::string s;
+  std::size_t count = rng() % 12;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!valid_utf8 && rng() % 4 == 0) s += invalid[rng() % invalid.size()];
+    else s += pieces[rng() % pieces.size()];
+  }
+  return s;
+}
+
+json random_value(std::mt19937& rng, bool valid_utf8, int depth) {
+  switch (rng() % (depth > 3 ? 6 : 8)) {
+    case 0: return nullptr;
+    case 1: return rng() % 2 == 0;
+    case 2: return static_cast<std::int64_t>(rng()) - (std::int64_t{1} << 31) * static_cast<std::int64_t>(rng() % 3);
+    case 3: return std::numeric_limits<std::uint64_t>::max() - rng() % 5;
+    case 4: return static_cast<double>(rng()) / 7.0;
+    case 5: return random_text(rng, valid_utf8);
+    case 6: {
+      json array = json::array();
+      for (std::size_t i = rng() % 5; i > 0; --i) array.push_back(random_value(rng, valid_utf8, depth + 1));
+      return array;
+    }
+    default: {
+      json object = json::object();
+      for (std::size_t i = rng() % 5; i > 0; --i) object[random_text(rng, valid_utf8)] = random_value(rng, valid_utf8, depth + 1);
+      return object;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("serialize matches nlohmann's dump byte for byte", "[rpc][message]") {
+  SECTION("escapes, controls and scalars") {
+    for (const json& value : {json("\"\\/\b\f\n\r\t"), json(std::string("\0\x01\x1f\x20\x7f", 5)), json(""),
+                              json::object(), json::array(), json(-0.0), json(1e300), json(0.1),
+                              json(std::numeric_limits<std::int64_t>::min()), json(std::uint64_t{18446744073709551615u}),
+                              json{{"a", {1, 2.5, nullptr, true, false, "x"}}, {"b", json::object()}}})
+      CHECK(rpc::serialize(value) == reference(value));
+  }
+  SECTION("every single byte and every pair of bytes after a plain run") {
+    for (int a = 0; a < 256; ++a) {
+      std::string one(1, static_cast<char>(a));
+      CHECK(rpc::serialize(json(one)) == reference(json(one)));
+      for (int b = 0; b < 256; ++b) {
+        std::string s = "0123456789" + one + static_cast<char>(b);
+        REQUIRE(rpc::serialize(json(s)) == reference(json(s)));
+      }
+    }
+  }
+  SECTION("randomized values, valid UTF-8") {
+    std::mt19937 rng(20261129);
+    for (int i = 0; i < 3000; ++i) {
+      json value = random_value(rng, true, 0);
+      REQUIRE(rpc::serialize(value) == reference(value));
+    }
+  }
+  SECTION("randomized values with invalid sequences are replaced as dump(replace) does") {
+    std::mt19937 rng(7);
+    for (int i = 0; i < 3000; ++i) {
+      json value = random_value(rng, false, 0);
+      REQUIRE(rpc::serialize(value) == reference(value));
+    }
+  }
+  SECTION("a megabyte page") {
+    std::string page;
+    while (page.size() < (1 << 20)) page += "line \"quoted\"\tand é€😀 text\n";
+    json value = {{"content", page}, {"size", page.size()}};
+    CHECK(rpc::serialize(value) == reference(value));
+  }
+}
+
+namespace {
+
+// Same value and the same number types (== treats 1u and 1 as equal).
+bool identical(const json& a, const json& b) {
+  if (a.type() != b.type() || a != b) return false;
+  if (a.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it)
+      if (!identical(it.value(), b.at(it.key()))) return false;
+  } else if (a.is_array()) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!identical(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+// read_json must agree with json::parse wherever it answers.
+void check_read(const std::string& text) {
+  json expected = json::parse(text, nullptr, false);
+  auto fast = rpc::read_json(text);
+  if (!fast) return;
+  INFO(text);
+  REQUIRE_FALSE(expected.is_discarded());
+  REQUIRE(identical(*fast, expected));
+}
+
+}  // namespace
+
+TEST_CASE("read_json gives json::parse's value or leaves the text to it", "[rpc][message]") {
+  SECTION("the subset it reads") {
+    for (std::string text : std::vector<std::string>{"{}", "[]", " {\"a\" : [1, -2, 0, -0, true, false, null, \"x\"]}\n", "\"\\u00e9\\ud83d\\ude00\\/\"",
+                             "18446744073709551615", "-9223372036854775808", "{\"a\":1,\"a\":2}", "\"\\u0000\""}) {
+      INFO(text);
+      auto fast = rpc::read_json(text);
+      REQUIRE(fast);
+      CHECK(identical(*fast, json::parse(text)));
+    }
+  }
+  SECTION("what it hands back") {
+    for (std::string text : std::vector<std::string>{"", "{", "[1,]", "{\"a\":1,}", "01", "1.5", "1e3", "18446744073709551616",
+                             "-9223372036854775809", "\"\\ud800\"", "\"\\udc00\"", "\"\\x\"", "\"a\nb\"", "\"\xff\"",
+                             "\"\xed\xa0\x80\"", "nul", "[1] x", std::string(100, '[') + std::string(100, ']')})
+      CHECK_FALSE(rpc::read_json(text));
+  }
+  SECTION("randomized values, their text and mutations of it") {
+    std::mt19937 rng(42);
+    for (int i = 0; i < 3000; ++i) {
+      std::string text = random_value(rng, true, 0).dump();
+      check_read(text);
+      for (int m = 0; m < 4 && !text.empty(); ++m) {
+        std::string mutated = text;
+        std::size_t at = rng() % mutated.size();
+        static const char kBytes[] = "{}[],:\"\\u0-1e. \xff\xc3\x80";
+        if (rng() % 2) mutated[at] = kBytes[rng() % (sizeof kBytes - 1)];
+        else mutated.erase(at, 1);
+        check_read(mutated);
+      }
+    }
+  }
 }
