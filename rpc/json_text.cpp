@@ -197,16 +197,30 @@ class Reader {
     }
   }
 
-  bool object(json& out, int depth) {
+  // The members of an object or an array: read_one for each, separated by
+  // commas, up to close.
+  template <typename ReadOne>
+  bool members(unsigned char close, int depth, ReadOne read_one) {
     if (depth > kMaxDepth) return false;
     ++p_;
-    out = json::object();
     skip_space();
-    if (p_ < end_ && *p_ == '}') {
+    if (p_ < end_ && *p_ == close) {
       ++p_;
       return true;
     }
     for (;;) {
+      if (!read_one()) return false;
+      skip_space();
+      if (p_ == end_) return false;
+      unsigned char c = *p_++;
+      if (c == close) return true;
+      if (c != ',') return false;
+    }
+  }
+
+  bool object(json& out, int depth) {
+    out = json::object();
+    return members('}', depth, [&] {
       skip_space();
       std::string key;
       if (p_ == end_ || *p_ != '"' || !string(key)) return false;
@@ -215,33 +229,18 @@ class Reader {
       json element;
       if (!value(element, depth)) return false;
       out[std::move(key)] = std::move(element);  // a repeated key: the last wins, as in json::parse
-      skip_space();
-      if (p_ == end_) return false;
-      unsigned char c = *p_++;
-      if (c == '}') return true;
-      if (c != ',') return false;
-    }
+      return true;
+    });
   }
 
   bool array(json& out, int depth) {
-    if (depth > kMaxDepth) return false;
-    ++p_;
     out = json::array();
-    skip_space();
-    if (p_ < end_ && *p_ == ']') {
-      ++p_;
-      return true;
-    }
-    for (;;) {
+    return members(']', depth, [&] {
       json element;
       if (!value(element, depth)) return false;
       out.push_back(std::move(element));
-      skip_space();
-      if (p_ == end_) return false;
-      unsigned char c = *p_++;
-      if (c == ']') return true;
-      if (c != ',') return false;
-    }
+      return true;
+    });
   }
 
   // -?(0|[1-9][0-9]*) with no fraction or exponent, within int64 (negative)
