@@ -224,7 +224,7 @@ void Manager::start_agent(Sandbox& sandbox_ref) {
       if (s.phase_ == "starting") s.phase_.clear();
     }
   } end_phase{*sandbox};
-  if (evicted) stop(*evicted);
+  if (evicted) evict(*evicted);
   stop(*sandbox);  // what a dead agent left (its cgroup)
 
   BwrapOptions plan;
@@ -262,6 +262,19 @@ void Manager::start_agent(Sandbox& sandbox_ref) {
     sandbox->client_ = std::move(client);
   }
   spdlog::info("sandbox {} started for conversation '{}'", sandbox->id_, sandbox->conversation_);
+}
+
+void Manager::evict(Sandbox& sandbox) {
+  // The victim was picked with in_use_ == 0 under mutex_, but acquire() may
+  // have leased it since: it holds lifecycle_ while it checks and counts the
+  // lease, so a held lifecycle_ or a lease means "in use, spare it".
+  std::unique_lock life(sandbox.lifecycle_, std::try_to_lock);
+  if (!life.owns_lock()) return;
+  {
+    std::lock_guard lock(sandbox.mutex_);
+    if (sandbox.in_use_ > 0) return;
+  }
+  stop(sandbox);
 }
 
 void Manager::stop(Sandbox& sandbox) {

@@ -169,6 +169,9 @@ class Manager {
   // (at most max_sandboxes active or starting), or null.
   std::shared_ptr<Sandbox> pick_eviction_locked(const Sandbox& starting);
   void stop(Sandbox& sandbox);
+  // Stops a sandbox picked to make room, unless a call took it in the
+  // meantime (then the cap is exceeded until that call ends).
+  void evict(Sandbox& sandbox);
   std::shared_ptr<Sandbox> entry(const std::string& conversation);
   void take_lock(Sandbox& sandbox);
   void release_lock(Sandbox& sandbox);
