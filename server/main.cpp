@@ -9,6 +9,7 @@
 #include "server/transport.h"
 #include "sandbox/agent.h"
 #include "sandbox/doctor.h"
+#include "sandbox/errors.h"
 #include "sandbox/manager.h"
 #include "persistence/cli.h"
 #include "tools/register.h"
@@ -16,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <future>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -71,12 +73,26 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.idle_timeout = options->idle_timeout;
   sandbox_options.background_keepalive = options->background_keepalive;
   sandbox_options.keep_snapshots = options->keep_snapshots;
-  sandbox::Manager sandboxes(sandbox_options);
+  // The manager opens the catalog and repairs what a crash left before it
+  // serves: done in the background so initialize is answered at once; the
+  // first sandbox call waits for it (and reports why if it failed).
+  std::shared_future<std::shared_ptr<sandbox::Manager>> sandboxes =
+      std::async(std::launch::async, [sandbox_options] { return std::make_shared<sandbox::Manager>(sandbox_options); })
+          .share();
 
   tools::Registry registry;
   tools::Services services;
   services.test_tools = options->test_tools;
-  services.sandboxes = &sandboxes;
+  services.sandboxes = [sandboxes]() -> sandbox::Manager* {
+    try {
+      return sandboxes.get().get();
+    } catch (const sandbox::SandboxError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw sandbox::SandboxError(sandbox::codes::kSandboxStartFailed,
+                                  std::string("sandboxes are unavailable: ") + e.what());
+    }
+  };
   tools::register_all(registry, services);
 
   server::Dispatcher dispatcher(transport, {.workers = options->workers});
@@ -111,7 +127,11 @@ int serve(const std::vector<std::string>& args) {
   // Cancelling the calls in flight kills their commands; then every sandbox
   // stops, its directories left for the next start.
   dispatcher.shutdown();
-  sandboxes.shutdown();
+  try {
+    sandboxes.get()->shutdown();
+  } catch (const std::exception& e) {
+    spdlog::warn("sandboxes were unavailable: {}", e.what());
+  }
   spdlog::default_logger()->flush();
   return 0;
 }

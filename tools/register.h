@@ -4,6 +4,8 @@
 
 #include "tools/registry.h"
 
+#include <functional>
+
 namespace agentbox::sandbox {
 class Manager;
 }
@@ -12,9 +14,11 @@ namespace agentbox::tools {
 
 struct Services {
   bool test_tools = false;  // also register the fixtures under schemas/test/
-  // The sandboxes the sandbox-scoped tools run in. Null: those tools answer
-  // SANDBOX_UNAVAILABLE (sandbox_status reports state "none").
-  sandbox::Manager* sandboxes = nullptr;
+  // The sandboxes the sandbox-scoped tools run in. The manager starts in the
+  // background (catalog, crash recovery) so the server answers initialize at
+  // once: this waits for it, and throws SandboxError when it could not start.
+  // Empty: those tools answer SANDBOX_UNAVAILABLE (sandbox_status: "none").
+  std::function<sandbox::Manager*()> sandboxes;
 };
 
 void register_all(Registry& registry, const Services& services);

@@ -17,9 +17,16 @@ json agent_params(const json& arguments) {
 ToolResult error_result(const SandboxError& error) { return ToolResult::error(error.code(), error.what()); }
 
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
-  if (!services.sandboxes)
+  if (!services.sandboxes) {
     reply(ToolResult::error("SANDBOX_UNAVAILABLE", "this server was started without sandbox support"));
-  return services.sandboxes;
+    return nullptr;
+  }
+  try {
+    return services.sandboxes();
+  } catch (const SandboxError& error) {
+    reply(error_result(error));
+    return nullptr;
+  }
 }
 
 void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,

@@ -45,7 +45,9 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
 
 void register_sandbox_tools(Registry& registry, const Services& services) {
   registry.add("sandbox_status", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
-    std::thread([manager = services.sandboxes, context, reply] {
+    std::thread([services, context, reply] {
+      sandbox::Manager* manager = nullptr;
+      if (services.sandboxes && !(manager = manager_or_reply(services, reply))) return;
       json status = status_of(manager, context->conversation());
       std::string text = status["sandbox"].is_null()
                              ? "Conversation '" + context->conversation() +
