@@ -123,24 +123,66 @@ json substitute_captures(const json& value, const std::map<std::string, json>& c
   return value;
 }
 
-json loosen_recorded(const json& expected) {
-  static const std::set<std::string> numbers = {"duration_ms", "restore_ms", "pid", "elapsed_ms", "bytes"};
+namespace {
+
+// Values the server generates anew on every run: sandbox, snapshot and
+// process ids. Collected per message, so the text that repeats them matches too.
+void collect_generated(const json& value, std::set<std::string>& names) {
+  static const std::set<std::string> keys = {"sandbox", "snapshot", "process_id"};
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      if (keys.count(key) && item.is_string() && !item.get_ref<const std::string&>().empty())
+        names.insert(item.get<std::string>());
+      collect_generated(item, names);
+    }
+  } else if (value.is_array()) {
+    for (const auto& item : value) collect_generated(item, names);
+  }
+}
+
+json loosen(const json& expected, const std::set<std::string>& generated) {
+  static const std::set<std::string> numbers = {"duration_ms", "restore_ms", "pid", "elapsed_ms", "bytes",
+                                                "workspace_bytes"};
   if (expected.is_object()) {
     json out = json::object();
     for (const auto& [key, value] : expected.items()) {
       if (numbers.count(key) && value.is_number()) out[key] = "<<number>>";
       else if (key == "version" && value.is_string()) out[key] = "<<string>>";
-      else out[key] = loosen_recorded(value);
+      else out[key] = loosen(value, generated);
     }
     return out;
   }
   if (expected.is_array()) {
     json out = json::array();
-    for (const auto& item : expected) out.push_back(loosen_recorded(item));
+    for (const auto& item : expected) out.push_back(loosen(item, generated));
     return out;
   }
-  if (expected.is_string() && std::regex_match(expected.get<std::string>(), iso8601())) return "<<iso8601>>";
-  return expected;
+  if (!expected.is_string()) return expected;
+  const std::string& text = expected.get_ref<const std::string&>();
+  if (std::regex_match(text, iso8601())) return "<<iso8601>>";
+  if (generated.count(text)) return "<<string>>";
+  // Text summaries mention durations ("[exit code 0, 2 ms]") and generated
+  // ids: match any number and any id there.
+  static const std::regex duration(R"(\b\d+ ms\b)");
+  bool has_name = false;
+  for (const auto& name : generated) has_name |= text.find(name) != std::string::npos;
+  if (!has_name && !std::regex_search(text, duration)) return expected;
+  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
+  std::string pattern = std::regex_replace(text, special, "\\$&");
+  for (const auto& name : generated) {
+    std::string escaped = std::regex_replace(name, special, "\\$&");
+    for (auto at = pattern.find(escaped); at != std::string::npos; at = pattern.find(escaped, at + 1))
+      pattern.replace(at, escaped.size(), "[A-Za-z0-9_.:-]+");
+  }
+  return "<<re:^" + std::regex_replace(pattern, duration, "\\d+ ms") + "$>>";
+}
+
+}  // namespace
+
+json loosen_recorded(const json& expected) {
+  std::set<std::string> generated;
+  collect_generated(expected, generated);
+  return loosen(expected, generated);
 }
 
 Transcript parse_transcript(const std::string& text) {
