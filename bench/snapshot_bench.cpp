@@ -87,28 +87,48 @@ int main(int argc, char** argv) {
   std::size_t files = 0;
   for (auto it = fs::recursive_directory_iterator(work / "src"); it != fs::recursive_directory_iterator(); ++it) ++files;
   std::printf("workspace: %zu entries, %.1f MB of file contents\n", files, bytes / 1e6);
+  auto print_load = [] {
+    double load[3];
+    if (getloadavg(load, 3) == 3) std::printf("load average: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
+  };
+  print_load();
 
   std::vector<double> ours_c, tar_c, ours_x, tar_x;
   std::uint64_t ours_size = 0, tar_size = 0;
   for (int r = 0; r < rounds; ++r) {
     fs::path a = work / ("ours" + std::to_string(r) + ".tar.zst"), t = work / ("tar" + std::to_string(r) + ".tar.zst");
+    // Odd rounds run tar first: on this shared ext4 disk whichever goes first
+    // can meet inodes other processes freed moments ago (REFERENCES.md), so a
+    // fixed order would bias the best-of.
+    bool tar_first = r % 2 == 1;
     // Both write a durable file: tar's output is fsynced by `sync` inside the timing.
-    ours_c.push_back(seconds_of([&] {
-      write_archive({{"workspace", work / "src" / "workspace"}, {"home", work / "src" / "home"}}, a);
-    }));
-    tar_c.push_back(seconds_of([&] {
-      run("tar --zstd -cf " + t.string() + " -C " + (work / "src").string() + " workspace home && sync " + t.string());
-    }));
+    auto ours_create = [&] {
+      ours_c.push_back(seconds_of([&] {
+        write_archive({{"workspace", work / "src" / "workspace"}, {"home", work / "src" / "home"}}, a);
+      }));
+    };
+    auto tar_create = [&] {
+      tar_c.push_back(seconds_of([&] {
+        run("tar --zstd -cf " + t.string() + " -C " + (work / "src").string() + " workspace home && sync " + t.string());
+      }));
+    };
+    if (tar_first) tar_create();
+    ours_create();
+    if (!tar_first) tar_create();
     ours_size = fs::file_size(a);
     tar_size = fs::file_size(t);
     fs::path od = work / ("ours-out" + std::to_string(r)), td = work / ("tar-out" + std::to_string(r));
     ExtractOptions options;
     options.expected_digest = file_digest(a);
+    auto tar_extract = [&] {
+      tar_x.push_back(seconds_of([&] {
+        fs::create_directories(td);
+        run("tar --zstd -xf " + t.string() + " -C " + td.string());
+      }));
+    };
+    if (tar_first) tar_extract();
     ours_x.push_back(seconds_of([&] { extract_archive(a, od, options); }));
-    tar_x.push_back(seconds_of([&] {
-      fs::create_directories(td);
-      run("tar --zstd -xf " + t.string() + " -C " + td.string());
-    }));
+    if (!tar_first) tar_extract();
   }
   auto best = [](std::vector<double> v) { return *std::min_element(v.begin(), v.end()); };
   double oc = best(ours_c), tc = best(tar_c), ox = best(ours_x), tx = best(tar_x);
@@ -119,6 +139,7 @@ int main(int argc, char** argv) {
               bytes / 1e6 / ox, tx, bytes / 1e6 / tx, tx / ox);
   std::printf("(best of %d rounds; ratio = tar time / agentbox time, above 1 is faster than tar; agentbox restore "
               "includes the digest check)\n", rounds);
+  print_load();
   fs::remove_all(work);
   return 0;
 }

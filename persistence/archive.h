@@ -17,6 +17,8 @@
 // expected top-level names and be of a known type. The digest is checked as
 // the bytes stream by; any failure removes the directory and throws: the
 // caller's live data is never touched (it swaps the result in by rename).
+// A thread of the caller reads, hashes and decompresses; the child only
+// parses tar and writes (archive_read.cpp says why and how).
 #pragma once
 
 #include <cstdint>
