@@ -1,5 +1,6 @@
 // Round trip of a workspace holding every kind of entry, compared byte for
 // byte and metadata for metadata.
+#include "temp_dir.h"
 #include "persistence/archive.h"
 
 #include <catch2/catch.hpp>
@@ -16,12 +17,7 @@ using namespace agentbox::persistence;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("agentbox-persist-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path temp_dir(const std::string& name) { return test::fresh_temp_dir("persist", name); }
 
 void write_file(const fs::path& p, const std::string& content, mode_t mode = 0644) {
   std::ofstream(p, std::ios::binary) << content;

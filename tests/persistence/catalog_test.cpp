@@ -1,5 +1,6 @@
 // Catalog: schema migrations, the conversation mapping, two writers at once;
 // the per-sandbox lock.
+#include "temp_dir.h"
 #include "persistence/catalog.h"
 #include "persistence/sandbox_lock.h"
 
@@ -17,12 +18,7 @@ using namespace agentbox::persistence;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("agentbox-catalog-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path temp_dir(const std::string& name) { return test::fresh_temp_dir("catalog", name); }
 
 void raw_exec(const fs::path& db, const std::string& sql) {
   sqlite3* h = nullptr;

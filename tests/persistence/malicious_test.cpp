@@ -1,5 +1,6 @@
 // Malicious and corrupt archives are refused with a clear error, and nothing
 // is written outside the destination (which is removed).
+#include "temp_dir.h"
 #include "persistence/archive.h"
 
 #include <archive.h>
@@ -16,12 +17,7 @@ using namespace agentbox::persistence;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("agentbox-evil-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path temp_dir(const std::string& name) { return test::fresh_temp_dir("evil", name); }
 
 struct EntrySpec {
   std::string path;
