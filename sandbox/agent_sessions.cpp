@@ -207,8 +207,15 @@ json Sessions::export_state() {
   }
   json list = json::array();
   for (const auto& s : all) {
-    // The shell rewrites its state just after replying; the cd line comes
-    // last, so a file without it is read again a moment later.
+    // The shell saves its state just after replying: wait for saves still
+    // pending, unless a command is running (then the last save is the state
+    // the session is restored to anyway).
+    {
+      std::unique_lock run(s->run, std::try_to_lock);
+      if (run.owns_lock()) wait_for_saves(*s, Clock::now() + std::chrono::seconds(1));
+    }
+    // A save interrupted midway leaves a file without the final cd line: read
+    // again a moment later.
     std::string state;
     for (int attempt = 0; attempt < 10; ++attempt) {
       std::ifstream in(s->dir + "/state", std::ios::binary);
@@ -253,16 +260,19 @@ SessionContext Sessions::settled_context(const std::string& name) {
   auto s = get(name);
   // Queued behind a command running in the session, like a second exec.
   std::lock_guard run(s->run);
-  auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (s->saves_pending > 0 && s->report_fd >= 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd fd{s->report_fd, POLLIN, 0};
-    if (left.count() <= 0 || poll(&fd, 1, static_cast<int>(left.count())) <= 0) break;
-    std::string ignored;
-    if (!read_report(*s, ignored)) break;
-  }
+  wait_for_saves(*s, Clock::now() + std::chrono::seconds(5));
   std::lock_guard lock(mutex_);
   return {s->dir + "/state", s->cwd};
+}
+
+void Sessions::wait_for_saves(Session& s, Clock::time_point deadline) {
+  while (s.saves_pending > 0 && s.report_fd >= 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd fd{s.report_fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&fd, 1, static_cast<int>(left.count())) <= 0) break;
+    std::string ignored;
+    if (!read_report(s, ignored)) break;
+  }
 }
 
 bool Sessions::read_report(Session& s, std::string& report) {

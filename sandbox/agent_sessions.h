@@ -60,6 +60,9 @@ class Sessions {
   // Reads the shell's report pipe: exit code and cwd tokens go to report,
   // save markers are counted off. False at EOF or error.
   bool read_report(Session& session, std::string& report);
+  // Reads save markers until none is pending or the deadline passes; the
+  // caller holds the session's run lock.
+  void wait_for_saves(Session& session, std::chrono::steady_clock::time_point deadline);
 
   const AgentConfig& config_;
   IoLoop& io_;
