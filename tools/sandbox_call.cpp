@@ -29,14 +29,19 @@ sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& re
   }
 }
 
+void run_blocking(std::function<void()> job) {
+  // Not on the dispatcher's pool: these jobs would hold a pool worker for tens
+  // of milliseconds or more.
+  static sandbox::ThreadCache threads;
+  threads.run(std::move(job));
+}
+
 void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
                 Formatter format) {
   sandbox::Manager* manager = manager_or_reply(services, reply);
   if (!manager) return;
-  // Not on the dispatcher's pool: a sandbox may have to start or be restored
-  // first, which would hold a pool worker for tens of milliseconds or more.
-  static sandbox::ThreadCache threads;
-  threads.run([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
+  // A sandbox may have to start or be restored first.
+  run_blocking([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
     std::shared_ptr<sandbox::Lease> lease;
     try {
       // A stopped sandbox is restored first; a long restore reports progress.

@@ -36,6 +36,10 @@ ToolResult error_result(const sandbox::SandboxError& error);
 // A snapshot as tools show it (snapshot_list, sandbox_status).
 json snapshot_json(const persistence::SnapshotRecord& snapshot);
 
+// Runs a job that may block (a sandbox start, restore, snapshot or destroy)
+// off the dispatcher's pool, on a reused thread.
+void run_blocking(std::function<void()> job);
+
 // Manager or a SANDBOX_UNAVAILABLE error result.
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply);
 

@@ -2,7 +2,6 @@
 // sandbox_destroy.
 #include "tools/sandbox_call.h"
 
-#include <thread>
 
 namespace agentbox::tools {
 
@@ -45,7 +44,7 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
 
 void register_sandbox_tools(Registry& registry, const Services& services) {
   registry.add("sandbox_status", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
-    std::thread([services, context, reply] {
+    run_blocking([services, context, reply] {
       sandbox::Manager* manager = nullptr;
       if (services.sandboxes && !(manager = manager_or_reply(services, reply))) return;
       json status = status_of(manager, context->conversation());
@@ -61,13 +60,13 @@ void register_sandbox_tools(Registry& registry, const Services& services) {
                                         : "; last snapshot " + status["last_snapshot"]["snapshot"].get<std::string>() +
                                               " at " + status["last_snapshot"]["created_at"].get<std::string>());
       reply(ToolResult::ok(status, text));
-    }).detach();
+    });
   });
   registry.add("sandbox_destroy", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
     sandbox::Manager* manager = manager_or_reply(services, reply);
     if (!manager) return;
     bool keep = args.value("keep_snapshots", false);
-    std::thread([manager, context, reply, keep] {
+    run_blocking([manager, context, reply, keep] {
       try {
         auto record = manager->record(context->conversation());
         json id = record ? json(record->id) : json(nullptr);
@@ -81,7 +80,7 @@ void register_sandbox_tools(Registry& registry, const Services& services) {
       } catch (const sandbox::SandboxError& e) {
         reply(error_result(e));
       }
-    }).detach();
+    });
   });
 }
 

@@ -2,7 +2,6 @@
 // snapshots and restores report progress (bytes) when the caller asked.
 #include "tools/sandbox_call.h"
 
-#include <thread>
 
 namespace agentbox::tools {
 
@@ -34,7 +33,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
     sandbox::Manager* manager = manager_or_reply(services, reply);
     if (!manager) return;
     std::string label = args.value("label", "");
-    std::thread([manager, context, reply, label] {
+    run_blocking([manager, context, reply, label] {
       try {
         auto info = manager->snapshot(context->conversation(), label, progress_of(context));
         const auto& s = info.record;
@@ -47,7 +46,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
       } catch (const sandbox::SandboxError& e) {
         reply(error_result(e));
       }
-    }).detach();
+    });
   });
   registry.add("snapshot_list", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
     sandbox::Manager* manager = manager_or_reply(services, reply);
@@ -66,7 +65,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
     sandbox::Manager* manager = manager_or_reply(services, reply);
     if (!manager) return;
     std::string id = args.value("snapshot", "");
-    std::thread([manager, context, reply, id] {
+    run_blocking([manager, context, reply, id] {
       try {
         auto info = manager->restore(context->conversation(), id, progress_of(context));
         json out = {{"snapshot", info.record.id}, {"created_at", info.record.created_at},
@@ -77,7 +76,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
       } catch (const sandbox::SandboxError& e) {
         reply(error_result(e));
       }
-    }).detach();
+    });
   });
 }
 
