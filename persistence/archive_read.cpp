@@ -16,7 +16,7 @@
 // MSG_NOSIGNAL never raises SIGPIPE in the server, and shutdown() ends the
 // stream for the peer even when a process forked meanwhile by another thread
 // inherited a copy of the descriptor (which would hold a pipe open).
-#include "persistence/archive.h"
+#include "persistence/archive_local.h"
 #include "persistence/sha256.h"
 
 #include <archive.h>
@@ -362,6 +362,8 @@ struct Feeder {
 
 }  // namespace
 
+namespace local {
+
 ExtractResult verify_archive(const fs::path& archive) {
   Source source;
   source.fd = open_archive(archive);
@@ -481,5 +483,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
   if (options.progress) options.progress({total, result.files, total});
   return result;
 }
+
+}  // namespace local
 
 }  // namespace agentbox::persistence

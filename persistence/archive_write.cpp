@@ -1,5 +1,5 @@
 // Snapshot writing: tree walk → pax entries → zstd → temporary file.
-#include "persistence/archive.h"
+#include "persistence/archive_local.h"
 #include "persistence/sha256.h"
 
 #include <archive.h>
@@ -279,26 +279,11 @@ class Writer {
   std::chrono::steady_clock::time_point last_report_ = std::chrono::steady_clock::now();
 };
 
-std::string temp_suffix() {
-  std::random_device rd;
-  return ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
-}
-
-void fsync_dir(const fs::path& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw ArchiveError(errno_text("cannot open " + dir.string(), errno));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0) throw ArchiveError(errno_text("cannot sync " + dir.string(), err));
-}
-
 }  // namespace
 
-WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path& dest, const WriteOptions& options,
-                          const WriteHooks& hooks) {
-  fs::path temp = dest;
-  temp += temp_suffix();
+namespace local {
+
+WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const fs::path& temp, const WriteOptions& options) {
   Sink sink;
   sink.fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (sink.fd < 0) throw ArchiveError(errno_text("cannot create " + temp.string(), errno));
@@ -316,10 +301,6 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path&
     if (fsync(sink.fd) != 0) throw ArchiveError(errno_text("cannot sync " + temp.string(), errno));
     result.archive_bytes = sink.written;
     result.digest = sink.sha.finish();
-    if (hooks.before_rename) hooks.before_rename(result);
-    if (rename(temp.c_str(), dest.c_str()) != 0) throw ArchiveError(errno_text("cannot rename " + temp.string(), errno));
-    fsync_dir(dest.parent_path());
-    if (options.progress) options.progress({result.input_bytes, result.files, std::nullopt});
     return result;
   } catch (...) {
     unlink(temp.c_str());
@@ -342,5 +323,7 @@ std::string file_digest(const fs::path& file) {
   }
   return sha.finish();
 }
+
+}  // namespace local
 
 }  // namespace agentbox::persistence

@@ -1,0 +1,222 @@
+// archive.h's functions, run in the snapshot helper (agentbox-archive, built
+// next to agentbox): one process per operation, its reports read from a pipe.
+// The server links no libarchive, no decoders, no OpenSSL (issue 6: they were
+// ~4.5 MB of its RSS), and untrusted archives are parsed outside it.
+//
+// What stays here is the part of writing that orders the catalog: the helper
+// writes and fsyncs the temporary file; this side runs the before_rename hook
+// (the pending catalog row), renames and fsyncs the directory, exactly as the
+// in-process code did (docs/persistence.md, "Durability").
+//
+// The helper gets PR_SET_PDEATHSIG(SIGKILL), set between fork and exec, so a
+// server killed with -9 leaves no helper running: what it leaves is a .tmp-*
+// archive or a .restore-* directory, which recovery removes as before.
+#include "persistence/archive.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <random>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace agentbox::persistence {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+fs::path helper_path() {
+  if (const char* env = std::getenv("AGENTBOX_ARCHIVE_HELPER"); env && *env) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return (ec ? fs::path(".") : self.parent_path()) / "agentbox-archive";
+}
+
+// One run of the helper. `on_progress` gets each "P ..." line's text after
+// "P " (it may throw: the helper is killed first). Returns the text after
+// "OK "; an "ERR" line becomes an ArchiveError with the helper's message.
+std::string run_helper(const std::vector<std::string>& args, const std::function<void(const char*)>& on_progress) {
+  fs::path helper = helper_path();
+  if (access(helper.c_str(), X_OK) != 0)
+    throw ArchiveError("the snapshot helper " + helper.string() +
+                       " is missing (agentbox-archive is built and installed next to agentbox)");
+  std::vector<std::string> strings{helper.string()};
+  strings.insert(strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw ArchiveError(errno_text("pipe", errno));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw ArchiveError(errno_text("cannot start the snapshot helper", err));
+  }
+  if (pid == 0) {
+    // Async-signal-safe calls only: the server is threaded.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(126);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0 && null != STDIN_FILENO) dup2(null, STDIN_FILENO);
+    syscall(SYS_close_range, 3U, ~0U, 0U);  // nothing of the server's leaks in
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGCHLD, SIG_DFL);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  int status = 0;
+  auto reap = [&] {
+    close(fds[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  };
+  std::string pending, final_line;
+  char buf[4096];
+  try {
+    // Up to the helper's last line, not to EOF: a process forked meanwhile by
+    // another thread of the server may hold the pipe's write end open.
+    while (final_line.empty()) {
+      ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      pending.append(buf, static_cast<std::size_t>(n));
+      std::size_t nl;
+      while (final_line.empty() && (nl = pending.find('\n')) != std::string::npos) {
+        std::string line = pending.substr(0, nl);
+        pending.erase(0, nl + 1);
+        if (line.rfind("P ", 0) == 0) {
+          if (on_progress) on_progress(line.c_str() + 2);
+        } else if (line.rfind("OK", 0) == 0 || line.rfind("ERR ", 0) == 0) {
+          final_line = line;
+        }
+      }
+    }
+  } catch (...) {  // a progress callback threw
+    kill(pid, SIGKILL);
+    reap();
+    throw;
+  }
+  reap();
+  if (final_line.rfind("ERR ", 0) == 0) throw ArchiveError(final_line.substr(4));
+  if (final_line.rfind("OK", 0) != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (WIFSIGNALED(status))
+      throw ArchiveError("the snapshot helper died of signal " + std::to_string(WTERMSIG(status)));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) throw ArchiveError("cannot run " + helper.string());
+    throw ArchiveError("the snapshot helper failed (exit status " + std::to_string(WEXITSTATUS(status)) + ")");
+  }
+  return final_line.size() > 3 ? final_line.substr(3) : std::string();
+}
+
+std::string temp_suffix() {
+  std::random_device rd;
+  return ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+}
+
+void fsync_dir(const fs::path& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw ArchiveError(errno_text("cannot open " + dir.string(), errno));
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0) throw ArchiveError(errno_text("cannot sync " + dir.string(), err));
+}
+
+ExtractResult parse_extract(const std::string& ok) {
+  ExtractResult r;
+  unsigned long long files = 0, bytes = 0;
+  char digest[128] = {0};
+  if (std::sscanf(ok.c_str(), "%llu %llu %127s", &files, &bytes, digest) < 2)
+    throw ArchiveError("the snapshot helper gave an unreadable report: " + ok);
+  r.files = files;
+  r.bytes = bytes;
+  r.digest = digest;
+  return r;
+}
+
+}  // namespace
+
+WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path& dest, const WriteOptions& options,
+                          const WriteHooks& hooks) {
+  fs::path temp = dest;
+  temp += temp_suffix();
+  std::vector<std::string> args{"write", temp.string(), std::to_string(options.level), std::to_string(options.threads)};
+  for (const auto& t : trees) {
+    args.push_back(t.name);
+    args.push_back(t.dir.string());
+  }
+  try {
+    std::string ok = run_helper(args, [&](const char* p) {
+      if (!options.progress) return;
+      unsigned long long bytes = 0, files = 0;
+      std::sscanf(p, "%llu %llu", &bytes, &files);
+      options.progress({bytes, files, std::nullopt});
+    });
+    WriteResult result;
+    unsigned long long archive_bytes = 0, input_bytes = 0, files = 0, skipped = 0;
+    char digest[128] = {0};
+    if (std::sscanf(ok.c_str(), "%llu %llu %llu %llu %127s", &archive_bytes, &input_bytes, &files, &skipped, digest) != 5)
+      throw ArchiveError("the snapshot helper gave an unreadable report: " + ok);
+    result.archive_bytes = archive_bytes;
+    result.input_bytes = input_bytes;
+    result.files = files;
+    result.skipped = skipped;
+    result.digest = digest;
+    if (hooks.before_rename) hooks.before_rename(result);
+    if (rename(temp.c_str(), dest.c_str()) != 0) throw ArchiveError(errno_text("cannot rename " + temp.string(), errno));
+    fsync_dir(dest.parent_path());
+    if (options.progress) options.progress({result.input_bytes, result.files, std::nullopt});
+    return result;
+  } catch (...) {
+    unlink(temp.c_str());  // the helper removes it on its own failures, not when killed
+    throw;
+  }
+}
+
+ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ExtractOptions& options) {
+  // The helper refuses an existing destination too; checked here so that
+  // cleaning up after a helper that died never removes what was there before.
+  struct stat st;
+  if (lstat(dest.c_str(), &st) == 0) throw ArchiveError(errno_text("cannot create " + dest.string(), EEXIST));
+  std::string owner = "-";
+  if (options.owner) owner = std::to_string(options.owner->first) + ":" + std::to_string(options.owner->second);
+  std::vector<std::string> args{"extract",
+                                archive.string(),
+                                dest.string(),
+                                options.expected_digest.empty() ? "-" : options.expected_digest,
+                                owner,
+                                std::to_string(options.max_bytes)};
+  args.insert(args.end(), options.allowed_tops.begin(), options.allowed_tops.end());
+  try {
+    return parse_extract(run_helper(args, [&](const char* p) {
+      if (!options.progress) return;
+      unsigned long long bytes = 0, files = 0, total = 0;
+      std::sscanf(p, "%llu %llu %llu", &bytes, &files, &total);
+      options.progress({bytes, files, total});
+    }));
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(dest, ec);  // the helper does this itself unless it was killed
+    throw;
+  }
+}
+
+ExtractResult verify_archive(const fs::path& archive) { return parse_extract(run_helper({"verify", archive.string()}, {})); }
+
+std::string file_digest(const fs::path& file) { return run_helper({"digest", file.string()}, {}); }
+
+}  // namespace agentbox::persistence

@@ -1,0 +1,118 @@
+// agentbox-archive: the snapshot helper. The server (and `agentbox snapshot`)
+// runs it once per archive operation (persistence/archive_client.cpp), so
+// libarchive, its decoders and OpenSSL are never mapped into the server, and
+// an untrusted archive is parsed in a process of its own.
+//
+//   agentbox-archive write   TEMP LEVEL THREADS NAME DIR [NAME DIR]...
+//   agentbox-archive extract ARCHIVE DEST DIGEST|- UID:GID|- MAX_BYTES TOP...
+//   agentbox-archive verify  ARCHIVE
+//   agentbox-archive digest  FILE
+//
+// Reports are lines on stdout: "P <bytes> <files> [<total>]" while working,
+// then one "OK ..." or "ERR <message>" line. The exit status is 0 after OK.
+// The caller sets PR_SET_PDEATHSIG before exec: a server killed with -9
+// takes its helper (and the helper's extracting child) with it.
+#include "persistence/archive_local.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+using namespace agentbox::persistence;
+
+void say(const std::string& line) {
+  std::string l = line;
+  for (char& c : l) {
+    if (c == '\n') c = ' ';
+  }
+  l += '\n';
+  const char* p = l.data();
+  std::size_t left = l.size();
+  while (left > 0) {
+    ssize_t n = ::write(STDOUT_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) _exit(3);  // the caller is gone
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+std::uint64_t parse_u64(const char* s) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end) throw ArchiveError(std::string("bad number: ") + s);
+  return v;
+}
+
+int usage() {
+  say("ERR usage: agentbox-archive write|extract|verify|digest ... (run by agentbox, not by hand)");
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  std::string cmd = argv[1];
+  if (cmd == "write" && argc >= 7 && (argc - 5) % 2 == 0) {
+    WriteOptions options;
+    options.level = static_cast<int>(parse_u64(argv[3]));
+    options.threads = static_cast<int>(parse_u64(argv[4]));
+    options.progress = [](const ArchiveProgress& p) { say("P " + num(p.bytes) + " " + num(p.files)); };
+    std::vector<ArchiveTree> trees;
+    for (int i = 5; i + 1 < argc; i += 2) trees.push_back({argv[i], argv[i + 1]});
+    WriteResult r = local::write_archive_file(trees, argv[2], options);
+    say("OK " + num(r.archive_bytes) + " " + num(r.input_bytes) + " " + num(r.files) + " " + num(r.skipped) + " " +
+        r.digest);
+    return 0;
+  }
+  if (cmd == "extract" && argc >= 7) {
+    ExtractOptions options;
+    if (std::string(argv[4]) != "-") options.expected_digest = argv[4];
+    if (std::string(argv[5]) != "-") {
+      unsigned uid = 0, gid = 0;
+      if (std::sscanf(argv[5], "%u:%u", &uid, &gid) != 2) throw ArchiveError(std::string("bad owner: ") + argv[5]);
+      options.owner = std::make_pair(uid, gid);
+    }
+    options.max_bytes = parse_u64(argv[6]);
+    options.allowed_tops.assign(argv + 7, argv + argc);
+    options.progress = [](const ArchiveProgress& p) {
+      say("P " + num(p.bytes) + " " + num(p.files) + " " + num(p.total_bytes.value_or(0)));
+    };
+    ExtractResult r = local::extract_archive(argv[2], argv[3], options);
+    say("OK " + num(r.files) + " " + num(r.bytes) + " " + r.digest);
+    return 0;
+  }
+  if (cmd == "verify" && argc == 3) {
+    ExtractResult r = local::verify_archive(argv[2]);
+    say("OK " + num(r.files) + " " + num(r.bytes) + " " + r.digest);
+    return 0;
+  }
+  if (cmd == "digest" && argc == 3) {
+    say("OK " + local::file_digest(argv[2]));
+    return 0;
+  }
+  return usage();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Whatever the caller ignored: the extracting child is waited for.
+  signal(SIGCHLD, SIG_DFL);
+  signal(SIGPIPE, SIG_IGN);
+  if (argc < 2) return usage();
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    say(std::string("ERR ") + e.what());
+  } catch (...) {
+    say("ERR unknown failure in agentbox-archive");
+  }
+  return 1;
+}

@@ -1,0 +1,23 @@
+// The libarchive side of snapshots: what the helper executable
+// agentbox-archive runs (persistence/archive_helper.cpp). The server does not
+// link this code (nor libarchive, its decoders or OpenSSL): archive.h's
+// functions run the helper, one process per operation (archive_client.cpp),
+// so parsing an untrusted archive happens outside the server process.
+#pragma once
+
+#include "persistence/archive.h"
+
+namespace agentbox::persistence::local {
+
+// Writes the trees to `temp` (created with O_EXCL, fsynced). No rename: the
+// caller records its pending catalog row first, then renames. A failure
+// unlinks `temp` and throws ArchiveError.
+WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const std::filesystem::path& temp,
+                               const WriteOptions& options);
+
+ExtractResult extract_archive(const std::filesystem::path& archive, const std::filesystem::path& dest,
+                              const ExtractOptions& options);
+ExtractResult verify_archive(const std::filesystem::path& archive);
+std::string file_digest(const std::filesystem::path& file);
+
+}  // namespace agentbox::persistence::local
