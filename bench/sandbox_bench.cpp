@@ -3,7 +3,8 @@
 //   1. exec of /bin/true in a warm session (server -> agent -> shell) vs
 //      spawning /bin/true directly;
 //   2. first call of a new conversation (sandbox cold start + exec) vs a bare
-//      `bwrap <same plan> /bin/true`;
+//      `bwrap <same plan> /bin/true`, with nothing prepared ahead (spare
+//      none), with the default (spare prepared) and with a warm spare;
 //   3. RSS of this process (the server side) and of one idle sandbox.
 // Usage: sandbox_bench AGENT_BINARY [iterations]
 #include "sandbox/bwrap_plan.h"
@@ -110,7 +111,9 @@ int main(int argc, char** argv) {
   std::printf("exec /bin/true, warm session: median %.2f ms; direct spawn: median %.2f ms; ratio %.2f (target <= 1.5)\n",
               median(exec), median(direct), median(exec) / median(direct));
 
-  // 2. cold start vs bare bwrap with the same plan.
+  // 2. cold start vs bare bwrap with the same plan, for each spare setting
+  // (ManagerOptions::spare), each in a manager of its own; the bare bwrap
+  // runs are interleaved with the cold starts so drift hits both alike.
   BwrapOptions plan;
   plan.dirs.root = options.state_dir / "sandboxes" / "bare";
   for (auto d : {plan.dirs.root, plan.dirs.workspace(), plan.dirs.home(), plan.dirs.tmp(), plan.dirs.etc()})
@@ -125,27 +128,51 @@ int main(int argc, char** argv) {
   auto bare_argv = bwrap_argv(plan);
   bare_argv.back() = "/bin/true";  // run true itself instead of the agent
   bare_argv[bare_argv.size() - 1] = kAgentPathInside;
-  std::vector<double> bare, cold, cold_start, cold_exec;
   int cold_n = std::max(10, n / 10);
-  for (int i = 0; i < cold_n; ++i) {
-    auto t = Clock::now();
-    run_and_wait(bare_argv, root);
-    bare.push_back(ms_since(t));
-    t = Clock::now();
-    std::string conversation = "cold-" + std::to_string(i);
+  struct Mode {
+    ManagerOptions::Spare spare;
+    const char* label;
+  };
+  for (Mode mode : {Mode{ManagerOptions::Spare::None, "spare none: everything on the call's path"},
+                    Mode{ManagerOptions::Spare::Prepared, "spare prepared (default): dirs, cgroup, launcher ahead"},
+                    Mode{ManagerOptions::Spare::Warm, "spare warm (extra): a running spare sandbox claimed"}}) {
+    char cold_tmpl[] = "/tmp/agentbox-bench-cold-XXXXXX";
+    ManagerOptions cold_options = options;
+    cold_options.state_dir = mkdtemp(cold_tmpl);
+    cold_options.spare = mode.spare;
+    if (root) chmod(cold_options.state_dir.c_str(), 0711);
+    std::vector<double> bare, cold, cold_start, cold_exec;
+    int ready = 0;
     {
-      Lease lease = manager.acquire(conversation);
-      cold_start.push_back(ms_since(t));
-      auto e = Clock::now();
-      lease.agent().call("exec", {{"command", "/bin/true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
-      cold_exec.push_back(ms_since(e));
+      Manager cold_manager(cold_options);
+      usleep(300'000);  // the first spare, as a server that has been up a moment has it
+      for (int i = 0; i < cold_n; ++i) {
+        // New conversations do not arrive back to back: the manager replaces
+        // its spare 50 ms after the last start (ManagerOptions::spare).
+        usleep(150'000);
+        auto t = Clock::now();
+        run_and_wait(bare_argv, root);
+        bare.push_back(ms_since(t));
+        ready += cold_manager.spare_state() != "none";
+        t = Clock::now();
+        std::string conversation = "cold-" + std::to_string(i);
+        {
+          Lease lease = cold_manager.acquire(conversation);
+          cold_start.push_back(ms_since(t));
+          auto e = Clock::now();
+          lease.agent().call("exec", {{"command", "/bin/true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
+          cold_exec.push_back(ms_since(e));
+        }
+        cold.push_back(ms_since(t));
+        cold_manager.destroy(conversation);
+      }
     }
-    cold.push_back(ms_since(t));
-    manager.destroy(conversation);
+    std::filesystem::remove_all(cold_options.state_dir);
+    std::printf("first call of a new conversation [%s]: median %.2f ms (start %.2f + first exec %.2f; spare ready "
+                "%d/%d); bare bwrap true: median %.2f ms; ratio %.2f (target <= 1.5)\n",
+                mode.label, median(cold), median(cold_start), median(cold_exec), ready, cold_n, median(bare),
+                median(cold) / median(bare));
   }
-  std::printf("first call of a new conversation: median %.2f ms (start %.2f + first exec %.2f); bare bwrap true: "
-              "median %.2f ms; ratio %.2f (target <= 1.5)\n",
-              median(cold), median(cold_start), median(cold_exec), median(bare), median(cold) / median(bare));
 
   // 3. RSS.
   Lease idle = manager.acquire("idle");

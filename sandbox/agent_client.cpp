@@ -59,6 +59,12 @@ std::string explain_start_failure(const std::string& err) {
 }
 
 std::shared_ptr<AgentClient> AgentClient::start(LaunchSpec spec, std::chrono::milliseconds hello_timeout) {
+  auto client = launch(std::move(spec));
+  client->await_hello(hello_timeout);
+  return client;
+}
+
+std::shared_ptr<AgentClient> AgentClient::launch(LaunchSpec spec) {
   std::shared_ptr<AgentClient> client(new AgentClient);
   client->name_ = spec.name;
   client->reader_ = std::thread([client = client.get(), spec = std::move(spec)]() mutable {
@@ -69,19 +75,22 @@ std::shared_ptr<AgentClient> AgentClient::start(LaunchSpec spec, std::chrono::mi
     client->changed_.wait(lock, [&] { return client->launched_ || !client->launch_error_.empty(); });
     if (!client->launch_error_.empty()) throw SandboxError(codes::kSandboxStartFailed, client->launch_error_);
   }
-  client->watchdog_ = std::thread([client = client.get()] { client->watchdog_main(); });
+  return client;
+}
+
+void AgentClient::await_hello(std::chrono::milliseconds hello_timeout) {
+  watchdog_ = std::thread([this] { watchdog_main(); });
   try {
-    client->call("hello", json::object(), hello_timeout);
+    call("hello", json::object(), hello_timeout);
   } catch (const SandboxError& e) {
-    client->stop();
+    stop();
     std::string tail;
     {
-      std::lock_guard lock(client->mutex_);
-      for (const auto& line : client->stderr_tail_) tail += (tail.empty() ? "" : "; ") + line;
+      std::lock_guard lock(mutex_);
+      for (const auto& line : stderr_tail_) tail += (tail.empty() ? "" : "; ") + line;
     }
     throw SandboxError(codes::kSandboxStartFailed, explain_start_failure(tail.empty() ? e.what() : tail));
   }
-  return client;
 }
 
 void AgentClient::reader_main(LaunchSpec spec) {
@@ -130,6 +139,11 @@ void AgentClient::reader_main(LaunchSpec spec) {
     if (spec.agent_fd >= 0) {
       dup2(spec.agent_fd, kAgentFdInBwrap);  // dup2 clears close-on-exec
       first_closed = kAgentFdInBwrap + 1;
+    }
+    if (spec.gate_fd >= 0) {
+      if (spec.gate_fd == kAgentFdInBwrap + 1) fcntl(spec.gate_fd, F_SETFD, 0);
+      else dup2(spec.gate_fd, kAgentFdInBwrap + 1);
+      first_closed = kAgentFdInBwrap + 2;
     }
     syscall(SYS_close_range, first_closed, ~0u, 0u);
     execve(argv[0], argv.data(), envp.data());

@@ -37,6 +37,9 @@ struct LaunchSpec {
   std::optional<std::pair<unsigned, unsigned>> drop_to;  // host uid/gid when the server is root
   std::string name;                       // for logs
   int agent_fd = -1;  // kept open in bwrap as kAgentFdInBwrap (the agent binary, for --ro-bind-fd)
+  // Also kept open in the child, as fd kAgentFdInBwrap + 1 (a launcher
+  // prepared ahead waits on it before it execs bwrap; Manager).
+  int gate_fd = -1;
 };
 
 class AgentClient : public std::enable_shared_from_this<AgentClient> {
@@ -52,6 +55,11 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   // Starts the sandbox and waits for the agent's hello. Throws
   // SandboxError(SANDBOX_START_FAILED) with bwrap's own explanation.
   static std::shared_ptr<AgentClient> start(LaunchSpec spec, std::chrono::milliseconds hello_timeout);
+  // start() in two steps: launch() forks and execs spec.argv (no hello);
+  // await_hello() waits for the agent's hello (throws as start() does), so a
+  // launcher can be forked ahead and released later.
+  static std::shared_ptr<AgentClient> launch(LaunchSpec spec);
+  void await_hello(std::chrono::milliseconds hello_timeout);
   ~AgentClient();
 
   // Sends a request; callback runs exactly once (on a client thread). Returns

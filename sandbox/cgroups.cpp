@@ -112,7 +112,8 @@ CgroupSupport detect_v2(const fs::path& mount) {
   std::string enable;
   if (s.has_memory) enable += "+memory ";
   if (s.has_pids) enable += "+pids ";
-  if (controllers.find("cpu") != std::string::npos) enable += "+cpu ";
+  s.has_cpu = controllers.find("cpu") != std::string::npos;
+  if (s.has_cpu) enable += "+cpu ";
   bool ok = true;
   if (!write_file(own / "cgroup.subtree_control", enable)) {
     ok = make_dir(leaf, why) && write_file(leaf / "cgroup.procs", std::to_string(getpid()), &why) &&
@@ -144,16 +145,27 @@ CgroupSupport detect_v1() {
     s.parents.push_back(parent);
     if (controller == "memory") s.has_memory = true;
     if (controller == "pids") s.has_pids = true;
+    if (controller == "cpu") s.has_cpu = true;
   }
   s.writable = s.has_memory || s.has_pids;
   s.detail = s.writable ? "cgroup v1 (memory " + std::string(s.has_memory ? "yes" : "no") + ", pids " +
-                              (s.has_pids ? "yes" : "no") + ")"
+                              (s.has_pids ? "yes" : "no") + ", cpu " + (s.has_cpu ? "yes" : "no") + ")"
                         : "cgroup v1 is not writable by this server (" + why +
                               "); run the server as root to get memory and process limits per sandbox";
   return s;
 }
 
 }  // namespace
+
+std::string cpu_quota_us(double cpus) {
+  if (cpus <= 0) return "-1";
+  // The kernel refuses quotas under 1 ms.
+  return std::to_string(std::max<std::uint64_t>(1000, static_cast<std::uint64_t>(cpus * kCpuPeriodUs + 0.5)));
+}
+
+std::string cpu_max_line(double cpus) {
+  return (cpus <= 0 ? std::string("max") : cpu_quota_us(cpus)) + " " + std::to_string(kCpuPeriodUs);
+}
 
 std::string CgroupSupport::version_name() const {
   switch (version) {
@@ -199,7 +211,10 @@ std::unique_ptr<Cgroup> Cgroup::create(const CgroupSupport& support, const std::
       if (support.has_memory) group->memory_ = write_file(dir / "memory.max", mem, &why);
       if (support.has_pids) write_file(dir / "pids.max", pids, &why);
       write_file(dir / "memory.swap.max", "0");
-      write_file(dir / "cpu.weight", std::to_string(std::max<std::uint64_t>(1, limits.cpu_shares * 100 / 1024)));
+      if (support.has_cpu) {
+        write_file(dir / "cpu.weight", std::to_string(std::max<std::uint64_t>(1, limits.cpu_shares * 100 / 1024)));
+        if (write_file(dir / "cpu.max", cpu_max_line(limits.cpus), &why)) group->cpu_quota_ = std::max(0.0, limits.cpus);
+      }
     } else if (fs::exists(dir / "memory.limit_in_bytes")) {
       group->memory_ = write_file(dir / "memory.limit_in_bytes", mem, &why);
       if (fs::exists(dir / "memory.memsw.limit_in_bytes")) write_file(dir / "memory.memsw.limit_in_bytes", mem);
@@ -207,6 +222,10 @@ std::unique_ptr<Cgroup> Cgroup::create(const CgroupSupport& support, const std::
       write_file(dir / "pids.max", pids, &why);
     } else if (fs::exists(dir / "cpu.shares")) {
       write_file(dir / "cpu.shares", std::to_string(limits.cpu_shares), &why);
+      // Period first: the kernel checks the quota against it.
+      if (write_file(dir / "cpu.cfs_period_us", std::to_string(kCpuPeriodUs), &why) &&
+          write_file(dir / "cpu.cfs_quota_us", cpu_quota_us(limits.cpus), &why))
+        group->cpu_quota_ = std::max(0.0, limits.cpus);
     }
   }
   return group;

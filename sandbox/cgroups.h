@@ -25,6 +25,8 @@ struct CgroupSupport {
   std::vector<std::filesystem::path> parents;
   bool has_memory = false;
   bool has_pids = false;
+  bool has_cpu = false;  // cpu controller: weight and quota
+
 
   std::string version_name() const;
 };
@@ -49,6 +51,8 @@ class Cgroup {
   // before it execs; see AgentClient.
   const std::vector<std::string>& procs_files() const { return procs_files_; }
   bool limits_memory() const { return memory_; }
+  // The CPU quota written (in CPUs), 0 when none could be.
+  double cpu_quota() const { return cpu_quota_; }
   // SIGKILLs every process in the group until it is empty.
   void kill_all();
   std::optional<std::uint64_t> memory_usage() const;
@@ -59,6 +63,13 @@ class Cgroup {
   std::vector<std::string> procs_files_;
   CgroupSupport::Version version_ = CgroupSupport::Version::None;
   bool memory_ = false;
+  double cpu_quota_ = 0;
 };
+
+// cgroup v1 cpu.cfs_quota_us for `cpus` CPUs over kCpuPeriodUs (-1: none),
+// and the v2 cpu.max line ("max 100000" when none).
+inline constexpr std::uint64_t kCpuPeriodUs = 100'000;
+std::string cpu_quota_us(double cpus);
+std::string cpu_max_line(double cpus);
 
 }  // namespace agentbox::sandbox

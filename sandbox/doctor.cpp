@@ -5,6 +5,8 @@
 #include "sandbox/manager.h"
 #include "sandbox/seccomp.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <grp.h>
 #include <filesystem>
@@ -88,12 +90,27 @@ DoctorCheck check_userns(const DoctorOptions& o) {
   return {"user namespaces", Level::Fail, "bwrap cannot create a user namespace: " + err + "." + hint};
 }
 
-DoctorCheck check_cgroups() {
+std::string cpus_text(double cpus) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", cpus);
+  return std::string(buf) + (cpus == 1 ? " CPU" : " CPUs");
+}
+
+DoctorCheck check_cgroups(const DoctorOptions& o) {
   CgroupSupport s = detect_cgroups();
-  if (s.writable) return {"cgroups", Level::Ok, s.detail + "; memory, process and CPU limits per sandbox"};
+  if (s.writable) {
+    std::string cpu;
+    if (!s.has_cpu) cpu = "; no cpu controller: CPU is neither weighted nor capped per sandbox";
+    else if (o.cpus <= 0) cpu = "; CPU weighted per sandbox, no quota (--cpus 0)";
+    else cpu = "; CPU quota " + cpus_text(o.cpus) + " per sandbox (" +
+               (s.version == CgroupSupport::Version::V2 ? "cpu.max" : "cpu.cfs_quota_us") + ", --cpus)";
+    return {"cgroups", s.has_cpu || o.cpus <= 0 ? Level::Ok : Level::Warn,
+            s.detail + "; memory and process limits per sandbox" + cpu};
+  }
   return {"cgroups", Level::Warn,
           s.detail + ". Sandboxes still run, limited by rlimits only (per-process memory, a process count per "
-                     "sandbox); a memory bomb can then use the host's memory up to those limits."};
+                     "sandbox); a memory bomb can then use the host's memory up to those limits, and there is "
+                     "no CPU quota (--cpus needs the cpu controller)."};
 }
 
 DoctorCheck check_seccomp() {
@@ -124,13 +141,17 @@ DoctorCheck check_sandbox(const DoctorOptions& o) {
     mo.state_dir = tmpl;
     mo.bwrap = o.bwrap;
     mo.agent_args = o.agent_args;
+    mo.limits.cpus = o.cpus;
+    mo.spare = ManagerOptions::Spare::None;
     Manager manager(mo);
     Lease lease = manager.acquire("doctor");
+    double quota = lease.sandbox().cpu_quota();
     json r = lease.agent().call("exec", {{"command", "id -u; grep -qs root: /etc/shadow && echo shadow"}, {"timeout_ms", 10000}},
                                 std::chrono::seconds(20));
     std::string out = r.value("stdout", "");
     if (out.find("shadow") != std::string::npos) check = {"sandbox", Level::Fail, "the host's /etc/shadow is readable inside the sandbox"};
-    else check.detail = "started a sandbox and ran a command in it (uid inside: " + out.substr(0, out.find('\n')) + ")";
+    else check.detail = "started a sandbox and ran a command in it (uid inside: " + out.substr(0, out.find('\n')) +
+                        (quota > 0 ? "; CPU quota " + cpus_text(quota) + " applied" : "; no CPU quota applied") + ")";
   } catch (const std::exception& e) {
     check = {"sandbox", Level::Fail, e.what()};
   }
@@ -144,7 +165,7 @@ DoctorCheck check_sandbox(const DoctorOptions& o) {
 std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   std::vector<DoctorCheck> checks = {check_bwrap(o)};
   if (checks[0].level != Level::Fail) checks.push_back(check_userns(o));
-  checks.push_back(check_cgroups());
+  checks.push_back(check_cgroups(o));
   checks.push_back(check_seccomp());
   checks.push_back(check_state_dir(o));
   bool blocked = false;
@@ -161,8 +182,9 @@ int doctor_main(int argc, char** argv) {
     if (arg == "--state-dir" && i + 1 < argc) o.state_dir = argv[++i];
     else if (arg == "--bwrap" && i + 1 < argc) o.bwrap = argv[++i];
     else if (arg == "--no-sandbox") o.start_sandbox = false;
+    else if (arg == "--cpus" && i + 1 < argc) o.cpus = std::atof(argv[++i]);
     else {
-      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--no-sandbox]\n";
+      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--no-sandbox]\n";
       return 2;
     }
   }

@@ -4,6 +4,8 @@
 // plain words on what to change. Exit status 0 when sandboxes can run.
 #pragma once
 
+#include "sandbox/limits.h"
+
 #include <string>
 #include <vector>
 
@@ -20,11 +22,12 @@ struct DoctorOptions {
   std::string state_dir;   // empty: not checked
   bool start_sandbox = true;
   std::vector<std::string> agent_args = {"agent"};  // how this binary runs the agent
+  double cpus = default_cpu_quota();  // the CPU quota to report (serve --cpus)
 };
 
 std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);
 
-// argv: [--state-dir DIR] [--bwrap PATH] [--no-sandbox]
+// argv: [--state-dir DIR] [--bwrap PATH] [--cpus N] [--no-sandbox]
 int doctor_main(int argc, char** argv);
 
 }  // namespace agentbox::sandbox

@@ -1,6 +1,15 @@
 #include "sandbox/limits.h"
 
+#include <sched.h>
+
 namespace agentbox::sandbox {
+
+double default_cpu_quota() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return n > 1 ? n - 1 : 1;
+}
 
 std::vector<std::string> agent_limit_args(const Limits& limits, bool memory_cgroup) {
   std::vector<std::string> args = {

@@ -11,10 +11,18 @@
 
 namespace agentbox::sandbox {
 
+// All the CPUs this process may run on but one, at least one: the default
+// CPU quota of a sandbox.
+double default_cpu_quota();
+
 struct Limits {
   std::uint64_t memory_bytes = 2ull << 30;      // 2 GiB
   std::uint64_t max_processes = 512;
   std::uint64_t cpu_shares = 1024;               // equal weight per sandbox
+  // Hard CPU cap in CPUs (cgroup v1 cpu.cfs_quota_us over cpu.cfs_period_us,
+  // v2 cpu.max); 0 = none. The default leaves one CPU that a runaway sandbox
+  // cannot take from the server and the other sandboxes.
+  double cpus = default_cpu_quota();
   std::uint64_t file_size_bytes = 1ull << 30;   // RLIMIT_FSIZE
   std::uint64_t open_files = 4096;
   std::chrono::milliseconds default_timeout{120'000};

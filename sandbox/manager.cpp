@@ -49,6 +49,11 @@ bool Sandbox::running() const {
   return client_ && client_->alive();
 }
 
+double Sandbox::cpu_quota() const {
+  std::lock_guard lock(mutex_);
+  return cgroup_ ? cgroup_->cpu_quota() : 0;
+}
+
 std::uint64_t Sandbox::workspace_bytes() const {
   std::uint64_t total = 0;
   std::error_code ec;
@@ -102,7 +107,17 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   agent_fd_ = open(agent_binary_.c_str(), O_PATH | O_CLOEXEC);
   if (agent_fd_ < 0)
     throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot open the agent " + agent_binary_.string(), errno));
+  remove_stale_cgroups();
   idle_thread_ = std::thread([this] { idle_main(); });
+  if (options_.spare != ManagerOptions::Spare::None) {
+    if (access("/bin/sh", X_OK) != 0) {
+      spdlog::warn("no /bin/sh: sandboxes are not prepared ahead (each new conversation starts from scratch)");
+      options_.spare = ManagerOptions::Spare::None;
+    } else {
+      spare_wanted_ = true;
+      spare_thread_ = std::thread([this] { spare_main(); });
+    }
+  }
 }
 
 Manager::~Manager() {
@@ -167,8 +182,7 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
   return it == sandboxes_.end() ? nullptr : it->second;
 }
 
-void Manager::prepare_dirs(const Sandbox& sandbox, const BwrapOptions& plan) {
-  const SandboxDirs& d = sandbox.dirs();
+void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   make_dir(d.root, 0700);
   for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) make_dir(dir, 0755);
   chmod(d.tmp().c_str(), 01777);
@@ -185,6 +199,31 @@ void Manager::prepare_dirs(const Sandbox& sandbox, const BwrapOptions& plan) {
         throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + dir.string(), errno));
     }
   }
+}
+
+BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
+  BwrapOptions plan;
+  plan.bwrap = options_.bwrap;
+  plan.dirs = dirs;
+  plan.state_dir = options_.state_dir;
+  plan.network_host = options_.network_host;
+  plan.agent_binary = agent_binary_;
+  plan.agent_fd = kAgentFdInBwrap;
+  return plan;
+}
+
+LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const Cgroup* cgroup) const {
+  plan.agent_args = options_.agent_args;
+  auto limit_args = agent_limit_args(options_.limits, cgroup && cgroup->limits_memory());
+  plan.agent_args.insert(plan.agent_args.end(), limit_args.begin(), limit_args.end());
+  LaunchSpec spec;
+  spec.argv = bwrap_argv(plan);
+  spec.env = sandbox_environment(plan);
+  if (cgroup) spec.cgroup_procs = cgroup->procs_files();
+  if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+  spec.name = id;
+  spec.agent_fd = agent_fd_;
+  return spec;
 }
 
 std::shared_ptr<Sandbox> Manager::pick_eviction_locked(const Sandbox& starting) {
@@ -206,62 +245,251 @@ std::shared_ptr<Sandbox> Manager::pick_eviction_locked(const Sandbox& starting) 
 
 void Manager::start_agent(Sandbox& sandbox_ref) {
   Sandbox* sandbox = &sandbox_ref;
+  {
+    std::lock_guard lock(spare_mutex_);
+    ++starting_;
+  }
   // mutex_ is held only to pick a sandbox to evict and to mark this one
   // "starting" (counted against max_sandboxes): a slow start must not hold up
   // other conversations. lifecycle_, held by the caller, makes a second call
   // for this conversation wait for this start.
   std::shared_ptr<Sandbox> evicted;
+  std::unique_ptr<PreparedSandbox> warm_spare;  // dropped to make room
   {
     std::lock_guard lock(mutex_);
     evicted = pick_eviction_locked(*sandbox);
+    if (evicted) {
+      // A warm spare counts toward max_sandboxes: it goes first.
+      std::lock_guard spare_lock(spare_mutex_);
+      if (spare_ && spare_->warm) {
+        warm_spare = std::move(spare_);
+        evicted.reset();
+      }
+    }
     std::lock_guard slock(sandbox->mutex_);
     sandbox->phase_ = "starting";
   }
   struct EndPhase {
+    Manager& m;
     Sandbox& s;
     ~EndPhase() {
-      std::lock_guard slock(s.mutex_);
-      if (s.phase_ == "starting") s.phase_.clear();
+      {
+        std::lock_guard slock(s.mutex_);
+        if (s.phase_ == "starting") s.phase_.clear();
+      }
+      // The spare is replaced once no start is in progress (it would compete
+      // with this one for the CPU).
+      std::lock_guard lock(m.spare_mutex_);
+      if (--m.starting_ == 0 && m.options_.spare != ManagerOptions::Spare::None && !m.spare_) {
+        m.spare_wanted_ = true;
+        m.spare_wake_.notify_all();
+      }
     }
-  } end_phase{*sandbox};
+  } end_phase{*this, *sandbox};
+  warm_spare.reset();
   if (evicted) evict(*evicted);
   stop(*sandbox);  // what a dead agent left (its cgroup)
 
-  BwrapOptions plan;
-  plan.bwrap = options_.bwrap;
-  plan.dirs = sandbox->dirs_;
-  plan.state_dir = options_.state_dir;
-  plan.network_host = options_.network_host;
-  plan.agent_binary = agent_binary_;
-  plan.agent_fd = kAgentFdInBwrap;
-  prepare_dirs(*sandbox, plan);
-
-  std::string why;
-  auto cgroup = Cgroup::create(cgroups_, "sandbox-" + sandbox->id_, options_.limits, why);
+  std::unique_ptr<PreparedSandbox> prepared;
   {
     std::lock_guard slock(sandbox->mutex_);
-    sandbox->cgroup_ = std::move(cgroup);
+    prepared = std::move(sandbox->prepared_);
   }
-  if (!sandbox->cgroup_ && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", sandbox->id_, why);
-  plan.agent_args = options_.agent_args;
-  auto limit_args = agent_limit_args(options_.limits, sandbox->cgroup_ && sandbox->cgroup_->limits_memory());
-  plan.agent_args.insert(plan.agent_args.end(), limit_args.begin(), limit_args.end());
-
-  LaunchSpec spec;
-  spec.argv = bwrap_argv(plan);
-  spec.env = sandbox_environment(plan);
-  if (sandbox->cgroup_) spec.cgroup_procs = sandbox->cgroup_->procs_files();
-  if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
-  spec.name = sandbox->id_;
-  spec.agent_fd = agent_fd_;
-  spdlog::debug("sandbox {}: {}", sandbox->id_, printable_command(spec.argv));
-  auto client = AgentClient::start(std::move(spec), options_.start_timeout);
+  if (prepared && (prepared->id != sandbox->id_ || !prepared->client || !prepared->client->alive())) {
+    spdlog::info("sandbox {}: its prepared launcher is gone; starting from scratch", sandbox->id_);
+    prepared->claimed = true;  // the directories are this conversation's
+    prepared.reset();
+  }
+  std::shared_ptr<AgentClient> client;
+  if (prepared) {
+    // Directories, cgroup and the launcher's cgroup join were done ahead.
+    {
+      std::lock_guard slock(sandbox->mutex_);
+      sandbox->cgroup_ = std::move(prepared->cgroup);
+    }
+    client = std::move(prepared->client);
+    if (!prepared->warm) {
+      prepared->release_gate();
+      client->await_hello(options_.start_timeout);
+    }
+    spdlog::debug("sandbox {}: started from a {} spare", sandbox->id_, prepared->warm ? "warm" : "prepared");
+  } else {
+    BwrapOptions plan = plan_for(sandbox->dirs_);
+    prepare_dirs(sandbox->dirs_, plan);
+    std::string why;
+    auto cgroup = Cgroup::create(cgroups_, "sandbox-" + sandbox->id_, options_.limits, why);
+    if (!cgroup && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", sandbox->id_, why);
+    LaunchSpec spec = launch_spec(sandbox->id_, plan, cgroup.get());
+    {
+      std::lock_guard slock(sandbox->mutex_);
+      sandbox->cgroup_ = std::move(cgroup);
+    }
+    spdlog::debug("sandbox {}: {}", sandbox->id_, printable_command(spec.argv));
+    client = AgentClient::start(std::move(spec), options_.start_timeout);
+  }
   {
     std::lock_guard slock(sandbox->mutex_);
     sandbox->previous_client_ = std::move(sandbox->client_);
     sandbox->client_ = std::move(client);
   }
   spdlog::info("sandbox {} started for conversation '{}'", sandbox->id_, sandbox->conversation_);
+}
+
+PreparedSandbox::~PreparedSandbox() {
+  if (gate >= 0) close(gate);  // EOF: a launcher still at the gate exits without starting bwrap
+  if (claimed) return;
+  if (client) client->stop();
+  cgroup.reset();
+  std::error_code ec;
+  if (!dirs.root.empty()) fs::remove_all(dirs.root, ec);
+  // lock is released last (member destructor): recovery by another server
+  // removes directories only of sandboxes whose lock it can take.
+}
+
+void PreparedSandbox::release_gate() {
+  if (gate < 0) return;
+  (void)!write(gate, "\n", 1);
+  close(gate);
+  gate = -1;
+}
+
+// How long the spare's replacement waits after the last start ended.
+constexpr std::chrono::milliseconds kSpareDelay{50};
+
+std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
+  auto p = std::make_unique<PreparedSandbox>();
+  p->id = persistence::random_hex(12);
+  p->dirs.root = layout_.sandbox(p->id);
+  // The lock first: another server's recovery leaves a directory alone while
+  // its lock is held, and removes it after a crash.
+  if (!persistence::SandboxLock::acquire(layout_.lock(p->id), std::chrono::milliseconds(0), p->lock))
+    throw SandboxError(codes::kSandboxStartFailed, "the lock of a fresh sandbox id is taken");
+  BwrapOptions plan = plan_for(p->dirs);
+  prepare_dirs(p->dirs, plan);
+  std::string why;
+  p->cgroup = Cgroup::create(cgroups_, "sandbox-" + p->id, options_.limits, why);
+  if (!p->cgroup && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", p->id, why);
+  LaunchSpec spec = launch_spec(p->id, plan, p->cgroup.get());
+  // The launcher joins the cgroup and drops privileges as any launch does,
+  // then waits in a shell for a line on the gate before it execs bwrap (a
+  // small process image instead of a copy of the server waiting).
+  int gate[2];
+  if (pipe2(gate, O_CLOEXEC) != 0) throw SandboxError(codes::kSandboxStartFailed, errno_message("pipe", errno));
+  std::string fd = std::to_string(kAgentFdInBwrap + 1);
+  std::vector<std::string> argv = {"/bin/sh", "-c",
+                                   "unset PWD; read -r go <&" + fd + " || exit 0; exec " + fd + "<&-; exec \"$@\"",
+                                   "agentbox-launcher"};
+  argv.insert(argv.end(), spec.argv.begin(), spec.argv.end());
+  spec.argv = std::move(argv);
+  spec.gate_fd = gate[0];
+  try {
+    p->client = AgentClient::launch(std::move(spec));
+  } catch (...) {
+    close(gate[0]);
+    close(gate[1]);
+    throw;
+  }
+  close(gate[0]);
+  p->gate = gate[1];
+  if (warm) {
+    p->release_gate();
+    p->client->await_hello(options_.start_timeout);
+    p->warm = true;
+  }
+  return p;
+}
+
+std::unique_ptr<PreparedSandbox> Manager::take_spare() {
+  std::lock_guard lock(spare_mutex_);
+  if (!spare_) return nullptr;
+  auto p = std::move(spare_);
+  if (!p->client || !p->client->alive()) {
+    spdlog::warn("sandbox {}: the spare had ended ({}); starting from scratch", p->id,
+                 p->client ? p->client->death_reason() : "no launcher");
+    spare_wanted_ = starting_ == 0;
+    spare_wake_.notify_all();
+    return nullptr;  // destroyed here: its cgroup and directories go
+  }
+  return p;
+}
+
+std::string Manager::spare_state() {
+  std::lock_guard lock(spare_mutex_);
+  return !spare_ ? "none" : spare_->warm ? "warm" : "prepared";
+}
+
+void Manager::spare_main() {
+  int failures = 0;
+  for (;;) {
+    bool warm;
+    {
+      std::unique_lock lock(spare_mutex_);
+      spare_wake_.wait(lock, [this] { return spare_stopping_ || (spare_wanted_ && !spare_ && starting_ == 0); });
+      if (spare_stopping_) return;
+      // Not while the sandbox that just started runs its first command: the
+      // build (a fork, an exec, a cgroup join) would compete with it.
+      if (spare_wake_.wait_for(lock, kSpareDelay, [this] { return spare_stopping_ || starting_ > 0; })) {
+        if (spare_stopping_) return;
+        continue;  // another start began; wait for it to end
+      }
+      spare_wanted_ = false;
+      warm = options_.spare == ManagerOptions::Spare::Warm;
+    }
+    // A warm spare counts toward max_sandboxes: only when there is room.
+    if (warm && running() + 1 >= options_.max_sandboxes) warm = false;
+    std::unique_ptr<PreparedSandbox> p;
+    try {
+      p = build_spare(warm);
+      failures = 0;
+    } catch (const std::exception& e) {
+      spdlog::warn("could not prepare a sandbox ahead: {}", e.what());
+      // Back off (a host that cannot start sandboxes says so on each call).
+      std::unique_lock lock(spare_mutex_);
+      auto wait = std::chrono::seconds(std::min(60, 1 << std::min(++failures, 6)));
+      if (spare_wake_.wait_for(lock, wait, [this] { return spare_stopping_; })) return;
+      spare_wanted_ = true;
+      continue;
+    }
+    std::unique_lock lock(spare_mutex_);
+    if (spare_stopping_) {
+      lock.unlock();
+      return;  // p is destroyed: nothing of it is left
+    }
+    spare_ = std::move(p);
+  }
+}
+
+void Manager::stop_spare() {
+  {
+    std::lock_guard lock(spare_mutex_);
+    spare_stopping_ = true;
+  }
+  spare_wake_.notify_all();
+  if (spare_thread_.joinable() && spare_thread_.get_id() != std::this_thread::get_id()) spare_thread_.join();
+  std::unique_ptr<PreparedSandbox> spare;
+  {
+    std::lock_guard lock(spare_mutex_);
+    spare = std::move(spare_);
+  }
+}
+
+void Manager::remove_stale_cgroups() {
+  std::error_code ec;
+  for (const auto& parent : cgroups_.parents) {
+    for (const auto& entry : fs::directory_iterator(parent, ec)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind("sandbox-", 0) != 0) continue;
+      persistence::SandboxLock lock;
+      try {
+        if (!persistence::SandboxLock::acquire(layout_.lock(name.substr(8)), std::chrono::milliseconds(0), lock))
+          continue;  // driven by another server
+      } catch (const std::exception&) {
+        continue;
+      }
+      // Fails (EBUSY) when processes are still inside; they are no server's.
+      if (rmdir(entry.path().c_str()) == 0) spdlog::info("removed the stale cgroup {}", entry.path().string());
+    }
+  }
 }
 
 void Manager::evict(Sandbox& sandbox) {

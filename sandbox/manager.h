@@ -57,6 +57,36 @@ struct ManagerOptions {
   std::size_t keep_snapshots = 5;
   // How long a call waits for a sandbox another server drives.
   std::chrono::milliseconds lock_wait{10'000};
+  // What is made ready ahead of the next new conversation (docs/sandbox.md
+  // "Cold start"). None: nothing, each new conversation builds its sandbox
+  // from scratch. Prepared: its directories, cgroup and lock, and a launcher
+  // process already in the cgroup that waits to exec bwrap (the cgroup join,
+  // ~10 ms on cgroup v1, is paid ahead). Warm: a whole spare sandbox (bwrap,
+  // agent and default shell running) that the next new conversation claims;
+  // it counts toward max_sandboxes. Replaced in the background once no start
+  // is in progress.
+  enum class Spare { None, Prepared, Warm };
+  Spare spare = Spare::Prepared;
+};
+
+// A sandbox made ready before its conversation exists (ManagerOptions::spare);
+// owned by the manager until a new conversation claims it. Destroying an
+// unclaimed one ends its processes and removes its cgroup and directories.
+struct PreparedSandbox {
+  std::string id;
+  SandboxDirs dirs;
+  persistence::SandboxLock lock;
+  std::unique_ptr<Cgroup> cgroup;
+  std::shared_ptr<AgentClient> client;  // waiting at the gate, or (warm) running
+  int gate = -1;                        // write end: a line releases the launcher, EOF ends it
+  bool warm = false;
+  bool claimed = false;  // its directories belong to a conversation now
+  PreparedSandbox() = default;
+  PreparedSandbox(const PreparedSandbox&) = delete;
+  PreparedSandbox& operator=(const PreparedSandbox&) = delete;
+  ~PreparedSandbox();
+  // Lets the launcher exec bwrap (once).
+  void release_gate();
 };
 
 // Reports progress of a long restore or snapshot (bytes done, total if known).
@@ -73,6 +103,8 @@ class Sandbox {
   std::shared_ptr<AgentClient> client() const;
   // Bytes under /workspace (walks the tree).
   std::uint64_t workspace_bytes() const;
+  // The CPU quota its cgroup enforces, in CPUs; 0 when none.
+  double cpu_quota() const;
 
  private:
   bool running() const;  // the agent is alive
@@ -94,6 +126,8 @@ class Sandbox {
   persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
   std::chrono::steady_clock::time_point sessions_saved_;
   std::shared_ptr<AgentClient> previous_client_;  // outlives a restart, for leases still holding it
+  std::unique_ptr<PreparedSandbox> prepared_;  // claimed when the conversation was new; used by its first start
+  bool owner_recorded_ = false;  // catalog owner_pid set for the lock held; guarded by lifecycle_
 };
 
 // What a snapshot call returns.
@@ -157,6 +191,8 @@ class Manager {
   const persistence::StateLayout& layout() const { return layout_; }
 
   const ManagerOptions& options() const { return options_; }
+  // What is ready for the next new conversation: "none", "prepared" or "warm".
+  std::string spare_state();
   const CgroupSupport& cgroups() const { return cgroups_; }
   std::size_t running() const;
 
@@ -164,7 +200,17 @@ class Manager {
   // Starts the sandbox's agent on its directories; the caller holds its
   // lifecycle_, not mutex_.
   void start_agent(Sandbox& sandbox);
-  void prepare_dirs(const Sandbox& sandbox, const BwrapOptions& plan);
+  void prepare_dirs(const SandboxDirs& dirs, const BwrapOptions& plan);
+  BwrapOptions plan_for(const SandboxDirs& dirs) const;
+  LaunchSpec launch_spec(const std::string& id, BwrapOptions plan, const Cgroup* cgroup) const;
+  // The spare (ManagerOptions::spare): built on spare_thread_, claimed by
+  // entry() for a new conversation.
+  std::unique_ptr<PreparedSandbox> build_spare(bool warm);
+  std::unique_ptr<PreparedSandbox> take_spare();
+  void spare_main();
+  void stop_spare();
+  // Empty cgroups of sandboxes no server drives (a crash leaves them).
+  void remove_stale_cgroups();
   // The least recently used idle sandbox to stop so that one more may start
   // (at most max_sandboxes active or starting), or null.
   std::shared_ptr<Sandbox> pick_eviction_locked(const Sandbox& starting);
@@ -198,6 +244,13 @@ class Manager {
   std::condition_variable idle_wake_;
   bool stopping_ = false;  // guarded by idle_mutex_
   std::thread idle_thread_;
+  std::mutex spare_mutex_;
+  std::condition_variable spare_wake_;
+  std::unique_ptr<PreparedSandbox> spare_;  // guarded by spare_mutex_
+  bool spare_wanted_ = false;               // refill once no start is in progress; guarded by spare_mutex_
+  int starting_ = 0;                        // starts in progress; guarded by spare_mutex_
+  bool spare_stopping_ = false;             // guarded by spare_mutex_
+  std::thread spare_thread_;
 };
 
 }  // namespace agentbox::sandbox

@@ -37,21 +37,37 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation) {
   std::lock_guard lock(mutex_);
   if (auto it = sandboxes_.find(conversation); it != sandboxes_.end()) return it->second;
   persistence::SandboxRecord record;
+  // A new conversation claims the spare (made ready ahead, its id already
+  // locked by this server); an existing one never calls new_id.
+  std::unique_ptr<PreparedSandbox> claimed;
   try {
-    record = catalog_->sandbox_for(conversation, [] { return persistence::random_hex(12); });
+    record = catalog_->sandbox_for(conversation, [&] {
+      claimed = take_spare();
+      return claimed ? claimed->id : persistence::random_hex(12);
+    });
   } catch (const persistence::CatalogError& e) {
     throw SandboxError(codes::kSandboxStartFailed, e.what());
   }
+  if (claimed && claimed->id != record.id) claimed.reset();  // another server created the row first
   auto sandbox = std::make_shared<Sandbox>();
   sandbox->conversation_ = conversation;
   sandbox->id_ = record.id;
   sandbox->dirs_.root = layout_.sandbox(record.id);
+  if (claimed) {
+    claimed->claimed = true;
+    sandbox->lock_ = std::move(claimed->lock);
+    sandbox->prepared_ = std::move(claimed);
+  }
   sandboxes_[conversation] = sandbox;
   return sandbox;
 }
 
 void Manager::take_lock(Sandbox& sandbox) {
-  if (sandbox.lock_.held()) return;
+  if (sandbox.lock_.held()) {
+    if (!sandbox.owner_recorded_) catalog_->set_owner(sandbox.id(), getpid());  // a claimed spare's lock
+    sandbox.owner_recorded_ = true;
+    return;
+  }
   if (!persistence::SandboxLock::acquire(layout_.lock(sandbox.id()), options_.lock_wait, sandbox.lock_)) {
     auto record = catalog_->find_sandbox(sandbox.id());
     std::string who = record && record->owner_pid ? " (pid " + std::to_string(record->owner_pid) + ")" : "";
@@ -63,10 +79,12 @@ void Manager::take_lock(Sandbox& sandbox) {
                            " s. Try again when it goes idle, or use another conversation id");
   }
   catalog_->set_owner(sandbox.id(), getpid());
+  sandbox.owner_recorded_ = true;
 }
 
 void Manager::release_lock(Sandbox& sandbox) {
   if (!sandbox.lock_.held()) return;
+  sandbox.owner_recorded_ = false;
   try {
     catalog_->set_owner(sandbox.id(), 0);
   } catch (const std::exception& e) {
@@ -336,6 +354,7 @@ void Manager::shutdown() {
   }
   idle_wake_.notify_all();
   if (idle_thread_.joinable() && idle_thread_.get_id() != std::this_thread::get_id()) idle_thread_.join();
+  stop_spare();  // an unclaimed spare leaves nothing behind
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard lock(mutex_);

@@ -73,6 +73,10 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.idle_timeout = options->idle_timeout;
   sandbox_options.background_keepalive = options->background_keepalive;
   sandbox_options.keep_snapshots = options->keep_snapshots;
+  if (options->cpus) sandbox_options.limits.cpus = *options->cpus;
+  sandbox_options.spare = options->spare == "none"   ? sandbox::ManagerOptions::Spare::None
+                          : options->spare == "warm" ? sandbox::ManagerOptions::Spare::Warm
+                                                     : sandbox::ManagerOptions::Spare::Prepared;
   // The manager opens the catalog and repairs what a crash left before it
   // serves: done in the background so initialize is answered at once; the
   // first sandbox call waits for it (and reports why if it failed).

@@ -44,7 +44,7 @@ std::filesystem::path default_state_dir() {
 }
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
-  std::string state_dir, idle_timeout, keepalive, config, network, conversation;
+  std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -62,7 +62,11 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
       ("config", po::value(&config), "read options from this file (name = value lines)")
       ("max-line-bytes", po::value(&out.max_line_bytes), "longest accepted protocol line (default 16 MiB)")
       ("workers", po::value(&out.workers), "worker threads for requests (default 4)")
-      ("test-tools", po::bool_switch(&out.test_tools), "also offer the test fixtures (for the test suite)");
+      ("test-tools", po::bool_switch(&out.test_tools), "also offer the test fixtures (for the test suite)")
+      ("cpus", po::value<double>(), "CPU quota per sandbox in CPUs, e.g. 1.5; 0 = none (default: all CPUs but one, "
+                                    "at least 1; needs the cgroup cpu controller)")
+      ("spare", po::value(&spare), "what is made ready for the next new conversation: none, prepared (default: "
+                                   "directories, cgroup and launcher) or warm (a running spare sandbox)");
 
   po::variables_map vm;
   try {
@@ -92,6 +96,17 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   if (!conversation.empty()) out.conversation = conversation;
   if (out.max_line_bytes < 1024) throw std::invalid_argument("--max-line-bytes must be at least 1024");
   if (out.workers < 1 || out.workers > 256) throw std::invalid_argument("--workers must be between 1 and 256");
+  if (vm.count("cpus")) {
+    double cpus = vm["cpus"].as<double>();
+    if (!(cpus >= 0) || cpus > 4096) throw std::invalid_argument("--cpus must be 0 (no quota) or a number of CPUs");
+    if (cpus > 0 && cpus < 0.01) throw std::invalid_argument("--cpus must be at least 0.01 (or 0 for no quota)");
+    out.cpus = cpus;
+  }
+  if (!spare.empty()) {
+    if (spare != "none" && spare != "prepared" && spare != "warm")
+      throw std::invalid_argument("--spare must be none, prepared or warm, not '" + spare + "'");
+    out.spare = spare;
+  }
   return out;
 }
 

@@ -23,6 +23,8 @@ struct ServeOptions {
   std::size_t max_line_bytes = 16 * 1024 * 1024;
   std::size_t workers = 4;
   bool test_tools = false;
+  std::optional<double> cpus;     // CPU quota per sandbox in CPUs, 0 = none (default: all CPUs but one)
+  std::string spare = "prepared";  // none | prepared | warm: what is ready for the next new conversation
 };
 
 // Parses `serve` arguments (argv without the program and subcommand names).

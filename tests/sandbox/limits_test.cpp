@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <future>
+#include <sstream>
 #include <sys/resource.h>
 
 using namespace agentbox::sandbox;
@@ -116,4 +117,35 @@ TEST_CASE("a file larger than the file size limit cannot be written, and the ses
   // SIGXFSZ kills the writer (128 + 25) and the file stops at the limit.
   CHECK(r["stdout"] == "rc=153\n1048576\n");
   CHECK(f.exec("echo ok")["stdout"] == "ok\n");
+}
+
+TEST_CASE("a busy loop in a sandbox capped at half a CPU uses at most about half a CPU") {
+  ManagerOptions o;
+  o.limits.cpus = 0.5;
+  SandboxFixture f(o);
+  const auto& cg = f.manager->cgroups();
+  if (!cg.writable || !cg.has_cpu) {
+    WARN("SKIPPED: the CPU quota is not tested here: the cgroup cpu controller is not writable by this user ("
+         << cg.detail << "); run the sandbox tests as root (or with a delegated cgroup v2 subtree) to test it");
+    return;
+  }
+  f.exec("true");
+  auto sandbox = f.manager->find("test");
+  REQUIRE(sandbox);
+  REQUIRE(sandbox->cpu_quota() == 0.5);
+  // `times` prints the CPU time (user, system) of the shell's finished children.
+  auto r = f.exec("timeout 2 sh -c 'while :; do :; done'; times", {{"timeout_ms", 30000}});
+  std::string out = r["stdout"];
+  auto line = out.find('\n');
+  REQUIRE(line != std::string::npos);
+  double total = 0;
+  std::istringstream children(out.substr(line + 1));
+  for (std::string field; children >> field;) {
+    auto m = field.find('m');
+    REQUIRE(m != std::string::npos);
+    total += std::stod(field.substr(0, m)) * 60 + std::stod(field.substr(m + 1));
+  }
+  WARN("busy loop for 2 s under a 0.5 CPU quota used " << total << " s of CPU");
+  CHECK(total > 0.1);   // it did run
+  CHECK(total <= 1.2);  // 60% of one CPU over 2 s
 }
