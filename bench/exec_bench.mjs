@@ -5,7 +5,8 @@
 //   1. exec of /bin/true in a warm session vs spawning /bin/true from Node
 //      (spawnSync, and execFile for an asynchronous spawn);
 //   2. first call of a new conversation (sandbox cold start + exec) vs a bare
-//      `bwrap --unshare-all --ro-bind /usr /usr ... true`;
+//      `bwrap --unshare-all --ro-bind /usr /usr ... true`, with a server for
+//      each --spare setting (none, prepared = default, warm);
 //   3. RSS and PSS (/proc/PID/smaps_rollup) of the server and of one idle
 //      sandbox (every process under its bwrap).
 // Usage: node bench/exec_bench.mjs [--bin build/agentbox] [--iterations 200]
@@ -80,6 +81,59 @@ const BARE_BWRAP = [
   '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '/usr/bin/true',
 ];
 
+// One server started with --spare SPARE; COLD first calls of new
+// conversations, each right after a bare bwrap run. New conversations do not
+// arrive back to back: the server replaces its spare 50 ms after the last
+// start, so iterations are 150 ms apart (the same for every setting).
+async function coldRun(spare) {
+  const state = mkdtempSync(join(tmpdir(), 'agentbox-exec-bench-cold-'));
+  const transport = new StdioClientTransport({
+    command: BIN,
+    args: ['serve', '--state-dir', state, '--log-level', 'warn', '--spare', spare],
+    stderr: 'ignore',
+  });
+  const client = new Client({ name: 'agentbox-exec-bench', version: '1.0.0' });
+  await client.connect(transport);
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const cold = [], bare = [];
+  let ready = 0;
+  try {
+    await sleep(300);  // a server that has been up a moment
+    for (let i = 0; i < COLD; i++) {
+      await sleep(150);
+      let t = now();
+      const b = spawnSync('/usr/bin/bwrap', BARE_BWRAP);
+      bare.push(now() - t);
+      if (b.status !== 0) throw new Error(`bare bwrap failed: ${b.stderr}`);
+      ready += spareReady(transport.pid);
+      t = now();
+      await callExec(client, { conversation: `cold-${i}` });
+      cold.push(now() - t);
+      await client.callTool({ name: 'sandbox_destroy', arguments: { conversation: `cold-${i}` } });
+    }
+  } finally {
+    await client.close();
+    rmSync(state, { recursive: true, force: true });
+  }
+  return {
+    cold_ms: round(median(cold)), bare_ms: round(median(bare)), ratio: round(median(cold) / median(bare)),
+    iterations: COLD, spare_ready: ready,
+  };
+}
+
+// Whether the server has a spare ready: a launcher (sh waiting to exec bwrap)
+// or a spare bwrap among its children.
+function spareReady(pid) {
+  try {
+    return children(pid).some((p) => {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+      return cmd.includes('agentbox-launcher') || comm(p) === 'bwrap';
+    }) ? 1 : 0;
+  } catch {
+    return 0;
+  }
+}
+
 async function main() {
   const state = mkdtempSync(join(tmpdir(), 'agentbox-exec-bench-'));
   const transport = new StdioClientTransport({
@@ -107,18 +161,13 @@ async function main() {
       warm.push(now() - t);
     }
 
-    // 2. Cold start vs bare bwrap.
-    const cold = [], bare = [];
-    for (let i = 0; i < COLD; i++) {
-      let t = now();
-      const b = spawnSync('/usr/bin/bwrap', BARE_BWRAP);
-      bare.push(now() - t);
-      if (b.status !== 0) throw new Error(`bare bwrap failed: ${b.stderr}`);
-      t = now();
-      await callExec(client, { conversation: `cold-${i}` });
-      cold.push(now() - t);
-      await client.callTool({ name: 'sandbox_destroy', arguments: { conversation: `cold-${i}` } });
-    }
+    // 2. Cold start vs bare bwrap, for each --spare setting (a server each):
+    // "none" builds the whole sandbox on the call's path; "prepared" (the
+    // default, also what this main server runs) has the directories, cgroup
+    // and a launcher in the cgroup ready; "warm" (an extra, off by default)
+    // claims a running spare sandbox.
+    const coldBySpare = {};
+    for (const spare of ['none', 'prepared', 'warm']) coldBySpare[spare] = await coldRun(spare);
 
     // 3. Memory: the server alone, and the idle "warm" sandbox (its default
     // shell included, as after any first call).
@@ -138,9 +187,11 @@ async function main() {
       warm_ratio_vs_spawn_sync: round(median(warm) / median(spawn)),
       warm_ratio_vs_exec_file: round(median(warm) / median(spawnAsync)),
       cold_iterations: COLD,
-      cold_first_call_ms: round(median(cold)),
-      bare_bwrap_ms: round(median(bare)),
-      cold_ratio: round(median(cold) / median(bare)),
+      // The default (--spare prepared); the other settings below.
+      cold_first_call_ms: coldBySpare.prepared.cold_ms,
+      bare_bwrap_ms: coldBySpare.prepared.bare_ms,
+      cold_ratio: coldBySpare.prepared.ratio,
+      cold_by_spare: coldBySpare,
       server_rss_mib: round(server.rss_kib / 1024, 1),
       server_pss_mib: round(server.pss_kib / 1024, 1),
       sandbox_rss_mib: round(sum('rss_kib') / 1024, 1),
@@ -155,8 +206,9 @@ async function main() {
       console.log(`load average ${r.load_average_1m}`);
       console.log(`exec /bin/true, warm session: median ${r.warm_exec_ms} ms; spawnSync ${r.direct_spawn_sync_ms} ms ` +
         `(ratio ${r.warm_ratio_vs_spawn_sync}); execFile ${r.direct_exec_file_ms} ms (ratio ${r.warm_ratio_vs_exec_file}); target <= 1.5`);
-      console.log(`first call of a new conversation: median ${r.cold_first_call_ms} ms; bare bwrap: ${r.bare_bwrap_ms} ms; ` +
-        `ratio ${r.cold_ratio} (target <= 1.5)`);
+      for (const [spare, c] of Object.entries(r.cold_by_spare))
+        console.log(`first call of a new conversation [--spare ${spare}${spare === 'prepared' ? ', default' : ''}]: ` +
+          `median ${c.cold_ms} ms; bare bwrap: ${c.bare_ms} ms; ratio ${c.ratio} (target <= 1.5; spare ready ${c.spare_ready}/${c.iterations})`);
       console.log(`server: RSS ${r.server_rss_mib} MiB, PSS ${r.server_pss_mib} MiB (target < 10)`);
       console.log(`idle sandbox: RSS ${r.sandbox_rss_mib} MiB, PSS ${r.sandbox_pss_mib} MiB (target < 5): ` +
         r.sandbox_processes.map((p) => `${p.comm} ${round(p.rss_kib / 1024, 1)}/${round(p.pss_kib / 1024, 1)}`).join(', '));

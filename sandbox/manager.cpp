@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <ctime>
 #include <fcntl.h>
 #include <fstream>
 #include <sys/stat.h>
@@ -479,6 +480,11 @@ void Manager::remove_stale_cgroups() {
     for (const auto& entry : fs::directory_iterator(parent, ec)) {
       std::string name = entry.path().filename().string();
       if (name.rfind("sandbox-", 0) != 0) continue;
+      // The parent may be shared with servers on other state directories
+      // (whose locks are elsewhere): a young group may be one being set up,
+      // empty until its launcher joins it.
+      struct stat st{};
+      if (stat(entry.path().c_str(), &st) != 0 || time(nullptr) - st.st_mtime < 60) continue;
       persistence::SandboxLock lock;
       try {
         if (!persistence::SandboxLock::acquire(layout_.lock(name.substr(8)), std::chrono::milliseconds(0), lock))
