@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -147,7 +148,7 @@ class AgentServer {
       }
       auto& message = std::get<rpc::Message>(parsed);
       if (auto* request = std::get_if<rpc::Request>(&message)) {
-        dispatch(*request);
+        dispatch(*request, line->text.size());
       } else if (auto* note = std::get_if<rpc::Notification>(&message)) {
         if (note->method == "cancel" && note->params.is_object()) cancel(note->params.value("id", json()));
       }
@@ -159,7 +160,25 @@ class AgentServer {
   }
 
  private:
-  void dispatch(const rpc::Request& request) {
+  // Bounded, non-blocking file operations on small requests are served on
+  // the reader thread: a hand-off to another thread would cost more than the
+  // operation (docs/files.md, "Performance"). Everything that can wait on a
+  // command, walk a tree or move megabytes runs on a thread of its own.
+  static constexpr std::size_t kQuickLineBytes = 1 << 20;
+
+  static bool quick(const rpc::Request& request, std::size_t line_bytes) {
+    // Not file.move: across mounts it copies a whole tree.
+    static const std::set<std::string, std::less<>> methods = {"hello",     "status",     "file.read",
+                                                                "file.write", "file.stat", "file.mkdir"};
+    if (line_bytes > kQuickLineBytes) return false;
+    if (request.method == "file.delete") {
+      auto recursive = request.params.is_object() ? request.params.find("recursive") : request.params.end();
+      return recursive == request.params.end() || !recursive->is_boolean() || !recursive->get<bool>();
+    }
+    return methods.count(request.method) > 0;
+  }
+
+  void dispatch(rpc::Request& request, std::size_t line_bytes) {
     auto it = methods_.find(request.method);
     if (it == methods_.end()) {
       rpc::Error error{rpc::ErrorCode::MethodNotFound, "unknown agent method " + request.method, nullptr};
@@ -167,31 +186,41 @@ class AgentServer {
       return;
     }
     json id = request.id;
-    auto call = std::make_shared<AgentRequest>(id, request.params, [this, id](const std::string& method, json params) {
+    bool serve_here = quick(request, line_bytes);
+    auto call = std::make_shared<AgentRequest>(id, std::move(request.params), [this, id](const std::string& method, json params) {
       params["request"] = id;
       writer_.write_line(rpc::serialize(rpc::make_notification(method, params)));
     });
+    if (serve_here) {
+      writer_.write_line(rpc::serialize(serve(*call, it->second)));
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       active_[id.dump()] = call;
     }
     threads_.run([this, call, method = it->second] {
-      json reply;
-      try {
-        reply = rpc::make_result(call->id(), method(*call));
-      } catch (const SandboxError& e) {
-        reply = rpc::make_error(call->id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
-                                                     json{{"code", e.code()}}});
-      } catch (const std::exception& e) {
-        reply = rpc::make_error(call->id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
-                                                     json{{"code", codes::kInternal}}});
-      }
+      json reply = serve(*call, method);
       {
         std::lock_guard lock(mutex_);
         active_.erase(call->id().dump());
       }
       writer_.write_line(rpc::serialize(reply));
     });
+  }
+
+  static json serve(AgentRequest& call, const AgentMethod& method) {
+    json reply;
+    try {
+      reply = rpc::make_result(call.id(), method(call));
+    } catch (const SandboxError& e) {
+      reply = rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+                                                    json{{"code", e.code()}}});
+    } catch (const std::exception& e) {
+      reply = rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+                                                    json{{"code", codes::kInternal}}});
+    }
+    return reply;
   }
 
   void cancel(const json& id) {

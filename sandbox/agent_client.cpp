@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <future>
 #include <grp.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -112,6 +113,10 @@ void AgentClient::reader_main(LaunchSpec spec) {
   // A file page is a megabyte: a pipe that holds it lets the agent write it in
   // one go instead of sixteen 64 KiB hand-offs with the reader (best effort).
   fcntl(out[1], F_SETPIPE_SZ, 1 << 20);
+  // The other way too: a request that fits is handed over without waiting for
+  // the agent (try_call_async).
+  fcntl(in[1], F_SETPIPE_SZ, 1 << 20);
+  int capacity = fcntl(in[1], F_GETPIPE_SZ);
   pid_t pid = fork();
   if (pid == 0) {
     // Async-signal-safe calls only from here to exec: the server is multithreaded.
@@ -163,6 +168,7 @@ void AgentClient::reader_main(LaunchSpec spec) {
     }
     pid_ = pid;
     to_agent_ = in[1];
+    to_agent_capacity_ = capacity > 0 ? static_cast<std::size_t>(capacity) : 0;
     from_agent_ = out[0];
     stderr_fd_ = err[0];
     launched_ = true;
@@ -268,6 +274,37 @@ std::uint64_t AgentClient::call_async(const std::string& method, json params, st
     return id;
   }
   if (!send(rpc::make_request(id, method, params))) {
+    deliver(id, Outcome{json(), SandboxError(codes::kSandboxFailed, "the sandbox's agent is not reachable")});
+  }
+  return id;
+}
+
+std::optional<std::uint64_t> AgentClient::try_call_async(const std::string& method, const json& params,
+                                                         std::chrono::milliseconds timeout, Callback& callback,
+                                                         const NoteSink& notes) {
+  std::uint64_t id;
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_ || stopping_) return std::nullopt;  // the blocking path explains it
+    id = next_id_++;  // an id given up below is just never used
+  }
+  std::string line = rpc::serialize(rpc::make_request(id, method, params));
+  line.push_back('\n');
+  std::unique_lock write_lock(write_mutex_, std::try_to_lock);
+  if (!write_lock.owns_lock() || to_agent_ < 0) return std::nullopt;
+  // Half the capacity: the pipe counts pages, partly filled ones included.
+  int queued = 0;
+  if (ioctl(to_agent_, FIONREAD, &queued) != 0 || line.size() + static_cast<std::size_t>(queued) > to_agent_capacity_ / 2)
+    return std::nullopt;
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_ || stopping_) return std::nullopt;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    pending_[id] = Pending{std::move(callback), notes, deadline};
+    if (deadline < watchdog_wake_) changed_.notify_all();
+  }
+  if (rpc::write_all(to_agent_, line) != 0) {
+    write_lock.unlock();
     deliver(id, Outcome{json(), SandboxError(codes::kSandboxFailed, "the sandbox's agent is not reachable")});
   }
   return id;

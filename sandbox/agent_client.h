@@ -66,6 +66,13 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   // the request id, for cancel().
   std::uint64_t call_async(const std::string& method, json params, std::chrono::milliseconds timeout,
                            Callback callback, NoteSink notes = {});
+  // call_async only when the request can be handed to the agent at once:
+  // no other writer holds the pipe and it has room for the whole line. False
+  // (and callback dropped, nothing sent) otherwise. For callers on a thread
+  // that must never block, such as the server's stdin reader.
+  std::optional<std::uint64_t> try_call_async(const std::string& method, const json& params,
+                                              std::chrono::milliseconds timeout, Callback& callback,
+                                              const NoteSink& notes = {});
   // Blocking form; throws SandboxError.
   json call(const std::string& method, json params, std::chrono::milliseconds timeout, NoteSink notes = {});
   // Asks the agent to stop the request (the command's processes are killed).
@@ -97,6 +104,7 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
 
   pid_t pid_ = -1;
   int to_agent_ = -1;
+  std::size_t to_agent_capacity_ = 0;  // bytes the pipe to the agent holds
   int from_agent_ = -1;
   int stderr_fd_ = -1;
   std::string name_;

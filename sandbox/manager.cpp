@@ -177,6 +177,17 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
   return Lease(sandbox, notice);
 }
 
+std::optional<Lease> Manager::try_acquire(const std::string& conversation) {
+  auto sandbox = find(conversation);
+  if (!sandbox) return std::nullopt;
+  std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
+  if (!life.owns_lock() || !sandbox->running()) return std::nullopt;
+  std::lock_guard slock(sandbox->mutex_);
+  ++sandbox->in_use_;
+  sandbox->last_used_ = std::chrono::steady_clock::now();
+  return Lease(sandbox, "");
+}
+
 std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
   std::lock_guard lock(mutex_);
   auto it = sandboxes_.find(conversation);

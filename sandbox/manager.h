@@ -164,6 +164,10 @@ class Manager {
   // what happened. Throws SandboxError (SANDBOX_START_FAILED, SANDBOX_BUSY,
   // SNAPSHOT_FAILED) with a plain explanation.
   Lease acquire(const std::string& conversation, const ProgressFn& progress = {});
+  // A lease on the conversation's sandbox only when it is running and no
+  // start, restore, teardown or destroy holds it: never blocks, so a caller
+  // on a shared thread can take the quick path and fall back to acquire().
+  std::optional<Lease> try_acquire(const std::string& conversation);
   // The sandbox if it runs in this server, without starting one.
   std::shared_ptr<Sandbox> find(const std::string& conversation);
   // Stops the sandbox and deletes its directories (and its snapshots unless

@@ -135,8 +135,8 @@ Dispatcher::Dispatcher(Output& output, Options options)
 
 Dispatcher::~Dispatcher() { shutdown(); }
 
-void Dispatcher::on_request(std::string method, Run run, Gate gate, RequestHandler handler) {
-  requests_[std::move(method)] = Route{run, gate, std::move(handler)};
+void Dispatcher::on_request(std::string method, Run run, Gate gate, RequestHandler handler, InlineIf inline_if) {
+  requests_[std::move(method)] = Route{run, gate, std::move(handler), std::move(inline_if)};
 }
 
 void Dispatcher::on_notification(std::string method, NotificationHandler handler) {
@@ -257,12 +257,22 @@ void Dispatcher::dispatch(rpc::Request request) {
     }
     it->second = call;
   }
-  if (route->second.run == Run::Inline) {
+  if (route->second.run == Run::Inline || runs_inline(route->second, *call)) {
     run_handler(route->second, std::move(call));
   } else {
     boost::asio::post(pool_, [this, route = route->second, call = std::move(call)]() mutable {
       run_handler(route, std::move(call));
     });
+  }
+}
+
+bool Dispatcher::runs_inline(const Route& route, const Call& call) const {
+  if (!route.inline_if) return false;
+  try {
+    return route.inline_if(call.params());
+  } catch (const std::exception& e) {
+    rpc_log()->warn("{}({}): deciding where to run it failed: {}", call.method(), call.id().dump(), e.what());
+    return false;
   }
 }
 

@@ -87,6 +87,10 @@ class Dispatcher {
   // quick (lifecycle methods whose effects later lines depend on). Pooled
   // handlers run on the worker pool, concurrently.
   enum class Run { Inline, Pooled };
+  // For a pooled method: true when this request may run inline after all
+  // (its handler promises not to block for it, e.g. a small file operation
+  // on a running sandbox), saving the hand-off to a pool thread.
+  using InlineIf = std::function<bool(const json& params)>;
   // Gated methods need a completed initialize in the legacy eras; modern-era
   // requests (version in _meta) need none.
   enum class Gate { Open, Initialized };
@@ -99,7 +103,7 @@ class Dispatcher {
   Dispatcher(Output& output, Options options);
   ~Dispatcher();
 
-  void on_request(std::string method, Run run, Gate gate, RequestHandler handler);
+  void on_request(std::string method, Run run, Gate gate, RequestHandler handler, InlineIf inline_if = {});
   void on_notification(std::string method, NotificationHandler handler);
 
   // Feeds one framed line from the transport.
@@ -126,6 +130,7 @@ class Dispatcher {
     Run run;
     Gate gate;
     RequestHandler handler;
+    InlineIf inline_if;
   };
 
   void dispatch(rpc::Request request);
@@ -135,6 +140,7 @@ class Dispatcher {
   void forget(const Call& call);
   void finishing(int delta);
   void run_handler(const Route& route, std::shared_ptr<Call> call);
+  bool runs_inline(const Route& route, const Call& call) const;
 
   Output& output_;
   Options options_;

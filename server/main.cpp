@@ -97,6 +97,9 @@ int serve(const std::vector<std::string>& args) {
                                   std::string("sandboxes are unavailable: ") + e.what());
     }
   };
+  services.sandboxes_ready = [sandboxes] {
+    return sandboxes.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
   tools::register_all(registry, services);
 
   server::Dispatcher dispatcher(transport, {.workers = options->workers});

@@ -57,7 +57,16 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
   dispatcher_.on_request("ping", Run::Inline, Gate::Open, [](std::shared_ptr<Call> call) { call->reply(json::object()); });
   dispatcher_.on_request("logging/setLevel", Run::Inline, Gate::Initialized, bind(&McpServer::set_level));
   dispatcher_.on_request("tools/list", Run::Pooled, Gate::Initialized, bind(&McpServer::list_tools));
-  dispatcher_.on_request("tools/call", Run::Pooled, Gate::Initialized, bind(&McpServer::call_tool));
+  dispatcher_.on_request("tools/call", Run::Pooled, Gate::Initialized, bind(&McpServer::call_tool),
+                         [this](const json& params) {
+                           // Malformed calls go to the pool, where call_tool explains them.
+                           if (!params.is_object()) return false;
+                           auto name = params.find("name");
+                           auto arguments = params.find("arguments");
+                           return name != params.end() && name->is_string() && arguments != params.end() &&
+                                  arguments->is_object() &&
+                                  registry_.runs_inline(name->get_ref<const std::string&>(), *arguments);
+                         });
   dispatcher_.on_notification("notifications/initialized", [](const json&) { spdlog::debug("client initialized"); });
 
   forward_logs_to_client([this](spdlog::level::level_enum level, const std::string& logger, const std::string& text) {

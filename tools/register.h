@@ -19,6 +19,8 @@ struct Services {
   // once: this waits for it, and throws SandboxError when it could not start.
   // Empty: those tools answer SANDBOX_UNAVAILABLE (sandbox_status: "none").
   std::function<sandbox::Manager*()> sandboxes;
+  // True once sandboxes() answers without waiting.
+  std::function<bool()> sandboxes_ready;
 };
 
 void register_all(Registry& registry, const Services& services);

@@ -14,6 +14,7 @@ struct Registry::Entry {
   json definition;
   valijson::Schema input_schema;
   ToolFunction function;
+  Registry::RunInline run_inline;
 };
 
 Registry::Registry() = default;
@@ -84,7 +85,7 @@ ValidationError describe(const json& input_schema, std::string field, const std:
 
 }  // namespace
 
-void Registry::add(const std::string& schema, ToolFunction function) {
+void Registry::add(const std::string& schema, ToolFunction function, RunInline run_inline) {
   const auto& files = embedded_schemas();
   auto file = files.find(schema);
   require(file != files.end(), schema, "no such embedded schema");
@@ -106,7 +107,13 @@ void Registry::add(const std::string& schema, ToolFunction function) {
   }
   entry->definition = std::move(definition);
   entry->function = std::move(function);
+  entry->run_inline = std::move(run_inline);
   tools_.emplace(std::move(name), std::move(entry));
+}
+
+bool Registry::runs_inline(const std::string& name, const json& arguments) const {
+  auto it = tools_.find(name);
+  return it != tools_.end() && it->second->run_inline && it->second->run_inline(arguments);
 }
 
 std::vector<json> Registry::definitions() const {

@@ -6,6 +6,7 @@
 
 #include "tools/tool.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,7 +32,10 @@ class Registry {
   // Binds the tool declared in schemas/<schema>.json. Throws std::logic_error
   // when the schema is missing or malformed, or the name is taken: that is a
   // build mistake, caught by the first test that starts the server.
-  void add(const std::string& schema, ToolFunction function);
+  // run_inline, when given, says for which arguments the function never
+  // blocks, so the server may call it on its stdin reader thread.
+  using RunInline = std::function<bool(const json& arguments)>;
+  void add(const std::string& schema, ToolFunction function, RunInline run_inline = {});
 
   // Tool definitions in a stable order (sorted by name).
   std::vector<json> definitions() const;
@@ -40,6 +44,7 @@ class Registry {
   const Entry* find(const std::string& name) const;
   std::optional<ValidationError> validate(const Entry& tool, const json& arguments) const;
   const ToolFunction& function(const Entry& tool) const;
+  bool runs_inline(const std::string& name, const json& arguments) const;
   const json& definition(const Entry& tool) const;
 
  private:

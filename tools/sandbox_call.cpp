@@ -36,12 +36,61 @@ void run_blocking(std::function<void()> job) {
   threads.run(std::move(job));
 }
 
+namespace {
+
+// Sends call to the leased sandbox's agent; the reply comes back on the
+// client's reader thread, which formats and answers the tool call. With
+// try_only nothing blocks: false (and nothing sent) when the agent's pipe is
+// busy or full.
+bool send_call(const std::shared_ptr<sandbox::Lease>& lease, const std::shared_ptr<CallContext>& context,
+               const ToolReply& reply, AgentCall& call, const Formatter& format, bool try_only) {
+  auto client = lease->sandbox().client();
+  sandbox::AgentClient::NoteSink notes;
+  if (call.progress) {
+    notes = [context](const std::string& method, const json& params) {
+      if (method != "output") return;
+      context->progress(params.value("bytes", 0.0), std::nullopt, params.value("data", ""));
+    };
+  }
+  sandbox::AgentClient::Callback done = [lease, reply, format](sandbox::AgentClient::Outcome outcome) {
+    if (outcome.error) {
+      reply(error_result(*outcome.error));
+      return;
+    }
+    ToolResult result = format(std::move(outcome.result));
+    if (!lease->notice().empty() && !result.is_error) {
+      result.structured["notice"] = lease->notice();
+      result.text = "Note: " + lease->notice() + "\n" + result.text;
+    }
+    reply(std::move(result));
+  };
+  std::uint64_t id;
+  if (try_only) {
+    auto sent = client->try_call_async(call.method, call.params, call.timeout, done, notes);
+    if (!sent) return false;
+    id = *sent;
+  } else {
+    id = client->call_async(call.method, std::move(call.params), call.timeout, std::move(done), notes);
+  }
+  context->on_cancel([client, id] { client->cancel(id); });
+  return true;
+}
+
+}  // namespace
+
 void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
                 Formatter format) {
   sandbox::Manager* manager = manager_or_reply(services, reply);
   if (!manager) return;
-  // A sandbox may have to start or be restored first.
-  run_blocking([manager, context, reply, call = std::move(call), format = std::move(format)]() mutable {
+  // The common case, a running sandbox nobody is starting or stopping and a
+  // pipe with room, is served from this thread without blocking (it may be
+  // the server's stdin reader: Registry::add's run_inline).
+  if (auto lease = manager->try_acquire(context->conversation())) {
+    auto held = std::make_shared<sandbox::Lease>(std::move(*lease));
+    if (send_call(held, context, reply, call, format, true)) return;
+  }
+  // A sandbox may have to start or be restored first, or the pipe is busy.
+  run_blocking([manager, context, reply = std::move(reply), call = std::move(call), format = std::move(format)]() mutable {
     std::shared_ptr<sandbox::Lease> lease;
     try {
       // A stopped sandbox is restored first; a long restore reports progress.
@@ -54,28 +103,7 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
       reply(error_result(e));
       return;
     }
-    auto client = lease->sandbox().client();
-    sandbox::AgentClient::NoteSink notes;
-    if (call.progress) {
-      notes = [context](const std::string& method, const json& params) {
-        if (method != "output") return;
-        context->progress(params.value("bytes", 0.0), std::nullopt, params.value("data", ""));
-      };
-    }
-    auto done = [lease, reply, format](sandbox::AgentClient::Outcome outcome) {
-      if (outcome.error) {
-        reply(error_result(*outcome.error));
-        return;
-      }
-      ToolResult result = format(std::move(outcome.result));
-      if (!lease->notice().empty() && !result.is_error) {
-        result.structured["notice"] = lease->notice();
-        result.text = "Note: " + lease->notice() + "\n" + result.text;
-      }
-      reply(std::move(result));
-    };
-    std::uint64_t id = client->call_async(call.method, std::move(call.params), call.timeout, done, notes);
-    context->on_cancel([client, id] { client->cancel(id); });
+    send_call(lease, context, reply, call, format, false);
   });
 }
 

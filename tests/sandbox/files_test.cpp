@@ -182,6 +182,17 @@ TEST_CASE("write modes, parents, kept permissions and read errors") {
   CHECK(code_of(f, "file.write", {{"path", "x"}, {"content", "x"}, {"mode", "sideways"}}) == codes::kInvalidArgument);
   // No temporary file is left behind.
   CHECK(f.exec("ls -A deep/er")["stdout"] == "x.txt\n");
+  // Served on the agent's reader thread: a FIFO must be refused, not waited on.
+  f.exec("mkfifo deep/pipe");
+  CHECK(code_of(f, "file.read", {{"path", "deep/pipe"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.write", {{"path", "deep/pipe"}, {"content", "x"}, {"mode", "append"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.write", {{"path", "deep/pipe"}, {"content", "x"}}) == codes::kInvalidArgument);
+  CHECK(f.call("file.stat", {{"path", "deep/pipe"}})["type"] == "other");
+  // A hard link keeps the old content, as after any replace-by-rename.
+  f.exec("ln deep/er/x.txt deep/linked");
+  write(f, "deep/er/x.txt", "newer");
+  CHECK(f.call("file.read", {{"path", "deep/linked"}})["content"] == "new");
+  CHECK(f.call("file.read", {{"path", "deep/er/x.txt"}})["content"] == "newer");
 }
 
 TEST_CASE("permission errors are reported as such") {

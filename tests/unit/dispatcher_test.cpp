@@ -434,6 +434,32 @@ TEST_CASE_METHOD(Fixture, "pooled handlers run off the reader thread, concurrent
   for (const auto& message : messages) CHECK(message["result"] == json{{"met", true}, {"off_reader", true}});
 }
 
+TEST_CASE_METHOD(Fixture, "a pooled method runs inline for the requests its predicate picks", "[dispatcher]") {
+  auto reader = std::this_thread::get_id();
+  dispatcher.on_request(
+      "op",
+      Dispatcher::Run::Pooled, Dispatcher::Gate::Open,
+      [reader](std::shared_ptr<Call> call) {
+        call->reply(json{{"on_reader", std::this_thread::get_id() == reader}});
+      },
+      [](const json& params) {
+        // A predicate that throws on some input must not take the reader down.
+        if (params.is_object() && params.contains("boom")) throw std::runtime_error("boom");
+        return params.is_object() && params.value("quick", false);
+      });
+
+  send(request(1, "op", {{"quick", true}}));
+  // An inline handler has answered before handle_line returns.
+  REQUIRE(output.messages().size() == 1);
+  CHECK(output.messages()[0]["result"] == json{{"on_reader", true}});
+  send(request(2, "op", {{"quick", false}}));
+  send(request(3, "op", {{"boom", 1}}));
+  auto messages = output.wait_for(3);
+  dispatcher.shutdown();
+  REQUIRE(messages.size() == 3);
+  for (std::size_t i = 1; i < 3; ++i) CHECK(messages[i]["result"] == json{{"on_reader", false}});
+}
+
 TEST_CASE_METHOD(Fixture, "shutdown cancels calls in flight and refuses new requests", "[dispatcher]") {
   keep_calls("slow");
   send(request(20, "slow"));
