@@ -100,6 +100,7 @@ AgentOptions parse_options(int argc, char** argv) {
     else if (arg == "--output-chars") o.config.inline_output_chars = value();
     else if (arg == "--head-bytes") o.config.process_head_bytes = value();
     else if (arg == "--tail-bytes") o.config.process_tail_bytes = value();
+    else if (arg == "--shell-idle-ms") o.config.shell_idle = std::chrono::milliseconds(value());
     else throw SandboxError(codes::kInvalidArgument, "unknown agent option " + arg);
   }
   for (char** e = environ; *e; ++e) o.config.environment.emplace_back(*e);

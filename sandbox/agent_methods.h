@@ -5,6 +5,8 @@
 // SandboxError for failures; the code travels as error.data.code.
 #pragma once
 
+#include <chrono>
+
 #include "sandbox/agent_io.h"
 #include "sandbox/errors.h"
 
@@ -31,6 +33,10 @@ struct AgentConfig {
   std::size_t process_head_bytes = 64 * 1024;
   std::size_t process_tail_bytes = 1024 * 1024;
   std::vector<std::string> environment;  // the agent's own, passed to commands
+  // A session shell idle this long with no process of its own left exits;
+  // the next exec starts a fresh one from the saved state (docs/sandbox.md,
+  // "Idle shells"). 0 = shells live as long as their session.
+  std::chrono::milliseconds shell_idle{60'000};
 };
 
 // One request being served. Copies are not made: handlers get a reference.

@@ -81,6 +81,7 @@ struct Sessions::Session {
   unsigned seq = 0;
   std::string cwd;      // guarded by Sessions::mutex_
   bool deleted = false;  // guarded by Sessions::mutex_
+  Clock::time_point last_used = Clock::now();  // guarded by run
 };
 
 // One exec in flight.
@@ -113,9 +114,56 @@ Sessions::Sessions(const AgentConfig& config, IoLoop& io, ProcessTable& processe
   } catch (const SandboxError&) {
     // The first exec tries again and reports the reason.
   }
+  if (config_.shell_idle.count() > 0) idle_thread_ = std::thread([this] { idle_loop(); });
 }
 
-Sessions::~Sessions() { kill_all(); }
+Sessions::~Sessions() {
+  if (idle_thread_.joinable()) {
+    {
+      std::lock_guard lock(idle_mutex_);
+      stopping_ = true;
+    }
+    idle_wake_.notify_all();
+    idle_thread_.join();
+  }
+  kill_all();
+}
+
+// A bash waiting for its next command is ~3 MB of RSS, most of a sandbox's
+// (docs/sandbox.md, "Idle shells"). Its state is saved after every command,
+// so a shell that has been idle for config_.shell_idle, has no save pending
+// and has no process of its own (no job left running with &, no daemon
+// re-parented to its reaper) is stopped; the next exec starts a fresh one
+// from the saved state, exactly as after a timeout.
+void Sessions::idle_loop() {
+  auto period = std::clamp<std::chrono::milliseconds>(config_.shell_idle / 4, std::chrono::milliseconds(100),
+                                                      std::chrono::seconds(15));
+  std::unique_lock lock(idle_mutex_);
+  while (!idle_wake_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    stop_idle_shells();
+    lock.lock();
+  }
+}
+
+void Sessions::stop_idle_shells() {
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, s] : sessions_) all.push_back(s);
+  }
+  for (const auto& s : all) {
+    std::unique_lock run(s->run, std::try_to_lock);  // a session in use is not idle
+    if (!run.owns_lock() || s->shell.reaper <= 0) continue;
+    auto now = Clock::now();
+    if (now - s->last_used < config_.shell_idle) continue;
+    wait_for_saves(*s, now + std::chrono::milliseconds(100));
+    if (s->saves_pending > 0) continue;
+    auto tree = descendants(s->shell.reaper);
+    if (tree.size() != 1 || tree.front() != s->shell.pid) continue;
+    stop_shell(*s);
+  }
+}
 
 std::shared_ptr<Sessions::Session> Sessions::add(const std::string& name, const std::string& cwd,
                                                  const std::map<std::string, std::string>& env) {
@@ -401,6 +449,10 @@ json Sessions::exec(AgentRequest& request) {
                          "working directory '" + cwd_override + "' does not exist or is not a directory");
   }
   if (s->shell.reaper <= 0) start_shell(*s);
+  struct Touch {
+    Session& s;
+    ~Touch() { s.last_used = Clock::now(); }  // idle counts from the end of the command
+  } touch{*s};
 
   Run run(config_.process_head_bytes, config_.process_tail_bytes);
   run.command = command;

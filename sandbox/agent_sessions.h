@@ -20,9 +20,11 @@
 #include "sandbox/agent_methods.h"
 #include "sandbox/agent_processes.h"
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace agentbox::sandbox {
 
@@ -63,6 +65,10 @@ class Sessions {
   // Reads save markers until none is pending or the deadline passes; the
   // caller holds the session's run lock.
   void wait_for_saves(Session& session, std::chrono::steady_clock::time_point deadline);
+  // Idle shells: a thread ends shells that have been idle for
+  // config_.shell_idle with no process of their own left.
+  void idle_loop();
+  void stop_idle_shells();
 
   const AgentConfig& config_;
   IoLoop& io_;
@@ -70,6 +76,10 @@ class Sessions {
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   unsigned next_dir_ = 1;
+  std::mutex idle_mutex_;
+  std::condition_variable idle_wake_;
+  bool stopping_ = false;  // guarded by idle_mutex_
+  std::thread idle_thread_;
 };
 
 }  // namespace agentbox::sandbox

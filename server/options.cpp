@@ -44,7 +44,7 @@ std::filesystem::path default_state_dir() {
 }
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
-  std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare;
+  std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -54,6 +54,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
       ("idle-timeout", po::value(&idle_timeout), "snapshot and stop a sandbox idle this long (default 10m)")
       ("background-keepalive", po::value(&keepalive),
        "running background processes keep a sandbox from idling this long at most (default 1h)")
+      ("shell-idle-timeout", po::value(&shell_idle),
+       "a session shell idle this long with no process left running exits; the next command starts a new one "
+       "from the saved session state (default 60s; 0 = never)")
       ("keep-snapshots", po::value(&out.keep_snapshots), "unlabelled snapshots kept per sandbox (default 5)")
       ("network", po::value(&network), "none (loopback only, default) or host")
       ("conversation", po::value(&conversation), "conversation id when the host names none")
@@ -88,6 +91,7 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   out.state_dir = state_dir.empty() ? default_state_dir() : std::filesystem::path(state_dir);
   if (!idle_timeout.empty()) out.idle_timeout = parse_duration(idle_timeout);
   if (!keepalive.empty()) out.background_keepalive = parse_duration(keepalive);
+  if (!shell_idle.empty()) out.shell_idle = parse_duration(shell_idle);
   if (!network.empty()) {
     if (network != "none" && network != "host")
       throw std::invalid_argument("--network must be none or host, not '" + network + "'");
