@@ -263,6 +263,53 @@ bool read_whole(const std::string& path, std::uint64_t size, std::string& buffer
   return true;
 }
 
+// Glob patterns as agents write them for ripgrep and friends: `{a,b}`
+// alternatives (nested too), then per '/'-separated segment fnmatch syntax,
+// with a `**` segment standing for any number of directories (none included).
+std::vector<std::string> expand_braces(const std::string& glob) {
+  std::size_t open = glob.find('{');
+  if (open == std::string::npos) return {glob};
+  int depth = 0;
+  std::vector<std::size_t> commas;
+  std::size_t close = std::string::npos;
+  for (std::size_t i = open; i < glob.size() && close == std::string::npos; ++i) {
+    if (glob[i] == '{') ++depth;
+    else if (glob[i] == '}' && --depth == 0) close = i;
+    else if (glob[i] == ',' && depth == 1) commas.push_back(i);
+  }
+  if (close == std::string::npos) return {glob};  // unbalanced: taken literally
+  std::vector<std::string> out;
+  std::size_t from = open + 1;
+  commas.push_back(close);
+  for (std::size_t comma : commas) {
+    std::string alternative = glob.substr(0, open) + glob.substr(from, comma - from) + glob.substr(close + 1);
+    for (auto& e : expand_braces(alternative)) out.push_back(std::move(e));
+    from = comma + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> split_segments(const std::string& path) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (std::size_t slash; (slash = path.find('/', from)) != std::string::npos; from = slash + 1)
+    if (slash > from) out.push_back(path.substr(from, slash - from));
+  if (from < path.size()) out.push_back(path.substr(from));
+  return out;
+}
+
+bool match_segments(const std::vector<std::string>& glob, std::size_t g, const std::vector<std::string>& path,
+                    std::size_t p) {
+  if (g == glob.size()) return p == path.size();
+  if (glob[g] == "**") {
+    for (std::size_t skip = p; skip <= path.size(); ++skip)
+      if (match_segments(glob, g + 1, path, skip)) return true;
+    return false;
+  }
+  return p < path.size() && fnmatch(glob[g].c_str(), path[p].c_str(), FNM_PERIOD) == 0 &&
+         match_segments(glob, g + 1, path, p + 1);
+}
+
 }  // namespace
 
 json file_search(AgentRequest& request, const FileEnv& env) {
@@ -311,13 +358,19 @@ json file_search(AgentRequest& request, const FileEnv& env) {
     }
     return true;
   };
+  // Without '/' a glob matches the file name at any depth (rg -g "*.py");
+  // with one, the path below the search root, segment by segment.
+  std::vector<std::vector<std::string>> globs;
+  bool by_name = glob.find('/') == std::string::npos;
+  for (const auto& g : expand_braces(glob)) globs.push_back(split_segments(g));
   auto glob_matches = [&](const std::string& path, const std::string& name) {
     if (glob.empty()) return true;
-    // A glob with a slash matches the path below the search root ('*' also
-    // crosses '/', so "src/*.cpp" finds files at any depth under src).
-    if (glob.find('/') == std::string::npos) return fnmatch(glob.c_str(), name.c_str(), FNM_PERIOD) == 0;
-    std::string relative = path.size() > root.size() ? path.substr(root.size() + (root == "/" ? 0 : 1)) : name;
-    return fnmatch(glob.c_str(), relative.c_str(), 0) == 0;
+    std::vector<std::string> relative =
+        by_name ? std::vector<std::string>{name}
+                : split_segments(path.size() > root.size() ? path.substr(root.size()) : name);
+    for (const auto& g : globs)
+      if (match_segments(g, 0, relative, 0)) return true;
+    return false;
   };
 
   if (S_ISREG(st.st_mode)) {

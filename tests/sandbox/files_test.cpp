@@ -351,6 +351,19 @@ TEST_CASE("search: matches, glob, binary and .git skipped, cap, bad patterns") {
   CHECK(f.call("file.search", {{"pattern", "todo"}, {"path", "s"}, {"case_insensitive", true}})["matches"].size() == 3);
   CHECK(f.call("file.search", {{"pattern", "TODO"}, {"path", "s"}, {"glob", "*.txt"}})["matches"].size() == 1);
   CHECK(f.call("file.search", {{"pattern", "TODO"}, {"path", "s"}, {"glob", "sub/*"}})["matches"].size() == 1);
+  // '*' stays within a directory; '**' crosses any number of them; braces pick alternatives.
+  f.exec("mkdir -p s/sub/deep && echo TODO > s/sub/deep/d.txt && echo TODO > s/sub/deep/e.md");
+  auto n = [&](const char* glob) {
+    return f.call("file.search", {{"pattern", "TODO"}, {"path", "s"}, {"glob", glob}})["matches"].size();
+  };
+  CHECK(n("sub/*") == 1);
+  CHECK(n("sub/**/*.txt") == 2);
+  CHECK(n("**/*.txt") == 2);
+  CHECK(n("**/deep/*") == 2);
+  CHECK(n("*.{txt,md}") == 3);
+  CHECK(n("**/*.{py,md}") == 2);
+  CHECK(n("sub/{deep/e.md,b.txt}") == 2);
+  CHECK(n("*.{unclosed") == 0);
   CHECK(f.call("file.search", {{"pattern", "^(alpha|gamma)$"}, {"path", "s/a.py"}})["matches"].size() == 2);
   f.exec("for i in $(seq 50); do echo hit; done > s/many");
   r = f.call("file.search", {{"pattern", "hit"}, {"path", "s"}, {"max_results", 10}});
