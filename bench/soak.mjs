@@ -128,6 +128,33 @@ function leftoverCgroups(ids) {
   return found;
 }
 
+// The server's spare (serve --spare prepared, the default): a launcher shell
+// waiting to exec bwrap for the next new conversation, with its sandbox
+// directory. It is expected while the server runs and must be gone once the
+// server has exited.
+function spareOf(pid) {
+  for (const p of descendants(pid)) {
+    let argv;
+    try {
+      argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue;
+    }
+    if (!argv.includes('agentbox-launcher')) continue;
+    const m = argv.map((a) => /\/sandboxes\/([0-9a-f]+)\//.exec(a)).find(Boolean);
+    return { pid: p, id: m ? m[1] : null };
+  }
+  return null;
+}
+
+function alive(pid) {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
 function sandboxDirs(stateDir) {
   const dir = join(stateDir, 'sandboxes');
   return existsSync(dir) ? readdirSync(dir) : [];
@@ -217,6 +244,7 @@ async function main() {
   const server = await connect(opts.bin, stateDir);
   const { client, pid, wire } = server;
   const destroyedIds = new Set();
+  let spare = null;
 
   try {
     // Warm-up: every soak conversation gets its sandbox; the thread pool and
@@ -302,12 +330,19 @@ async function main() {
       const d = await call(client, 'sandbox_destroy', { conversation: conv(i) });
       if (d.sandbox) destroyedIds.add(d.sandbox);
     }
-    let leftDirs = sandboxDirs(stateDir);
-    let leftGroups = leftoverCgroups(destroyedIds);
-    let leftProcs = descendants(pid);
+    // Everything but the spare (checked after the server's exit, below).
+    const left = () => {
+      spare = spareOf(pid);
+      return [
+        sandboxDirs(stateDir).filter((d) => d !== spare?.id),
+        leftoverCgroups(destroyedIds),
+        descendants(pid).filter((p) => p !== spare?.pid),
+      ];
+    };
+    let [leftDirs, leftGroups, leftProcs] = left();
     for (const end = now() + SETTLE_MS; (leftDirs.length || leftGroups.length || leftProcs.length) && now() < end; ) {
       await sleep(250);
-      [leftDirs, leftGroups, leftProcs] = [sandboxDirs(stateDir), leftoverCgroups(destroyedIds), descendants(pid)];
+      [leftDirs, leftGroups, leftProcs] = left();
     }
     report.teardown = {
       sandboxes_destroyed: destroyedIds.size,
@@ -325,6 +360,15 @@ async function main() {
     violations.push(`aborted: ${err.message}`);
   } finally {
     await client.close().catch(() => {});
+    // The server stops on EOF; its spare must go with it.
+    for (const end = now() + SETTLE_MS; alive(pid) && now() < end; ) await sleep(100);
+    if (spare) {
+      const gone = () => !alive(spare.pid) && !(spare.id && existsSync(join(stateDir, 'sandboxes', spare.id))) &&
+        !(spare.id && leftoverCgroups(new Set([spare.id])).length);
+      for (const end = now() + SETTLE_MS; !gone() && now() < end; ) await sleep(100);
+      report.spare = { ...spare, removed_at_exit: gone() };
+      if (!gone()) violations.push(`the server's spare sandbox ${spare.id} (launcher pid ${spare.pid}) outlived the server`);
+    }
     rmSync(stateDir, { recursive: true, force: true });
   }
 
@@ -350,6 +394,7 @@ function printSummary(r) {
   if (r.teardown) {
     const t = r.teardown;
     console.log(`teardown: ${t.sandboxes_destroyed} sandboxes destroyed; left: ${t.sandbox_dirs_left} sandbox dirs, ${t.cgroups_left} cgroups, ${t.processes_left} processes; server fds ${t.fds}, RSS ${t.rss_mib} MiB`);
+    if (r.spare) console.log(`spare: ${r.spare.id} (launcher pid ${r.spare.pid}) ${r.spare.removed_at_exit ? 'removed when the server exited' : 'OUTLIVED THE SERVER'}`);
   }
   console.log(`server [error] log lines: ${r.server_error_log_lines ?? 'n/a'}`);
   if (r.violations.length) {
