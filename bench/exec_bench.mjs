@@ -8,7 +8,9 @@
 //      `bwrap --unshare-all --ro-bind /usr /usr ... true`, with a server for
 //      each --spare setting (none, prepared = default, warm);
 //   3. RSS and PSS (/proc/PID/smaps_rollup) of the server and of one idle
-//      sandbox (every process under its bwrap).
+//      sandbox (every process under its bwrap), with its session shell alive
+//      and, on a server started with --shell-idle-timeout 300ms, after the
+//      shell idled out; and what the next exec pays for a fresh shell.
 // Usage: node bench/exec_bench.mjs [--bin build/agentbox] [--iterations 200]
 //        [--cold 20] [--json]
 import { execFile, spawnSync } from 'node:child_process';
@@ -121,6 +123,47 @@ async function coldRun(spare) {
   };
 }
 
+// A server whose idle shells exit after 300 ms: the idle sandbox without its
+// shell, and the exec that follows (a fresh shell from the saved state)
+// against a warm one, interleaved.
+async function idleShellRun() {
+  const state = mkdtempSync(join(tmpdir(), 'agentbox-exec-bench-idle-'));
+  const transport = new StdioClientTransport({
+    command: BIN,
+    args: ['serve', '--state-dir', state, '--log-level', 'warn', '--shell-idle-timeout', '300ms'],
+    stderr: 'ignore',
+  });
+  const client = new Client({ name: 'agentbox-exec-bench', version: '1.0.0' });
+  await client.connect(transport);
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  try {
+    await callExec(client, { conversation: 'idle' });
+    await sleep(1000);
+    const roots = children(transport.pid).filter((p) => comm(p) === 'bwrap');
+    if (roots.length !== 1) throw new Error(`expected one sandbox, found ${roots.length}`);
+    const processes = tree(roots[0]).map((pid) => ({ pid, comm: comm(pid), ...memory(pid) }));
+    const sum = (k) => processes.reduce((a, p) => a + p[k], 0);
+    const restart = [], warm = [];
+    for (let i = 0; i < 10; i++) {
+      await sleep(700);
+      let t = now();
+      await callExec(client, { conversation: 'idle' });
+      restart.push(now() - t);
+      t = now();
+      await callExec(client, { conversation: 'idle' });
+      warm.push(now() - t);
+    }
+    return {
+      rss_mib: round(sum('rss_kib') / 1024, 1), pss_mib: round(sum('pss_kib') / 1024, 1),
+      processes: processes.map((p) => ({ comm: p.comm, rss_kib: p.rss_kib, pss_kib: p.pss_kib })),
+      exec_after_idle_ms: round(median(restart)), exec_warm_ms: round(median(warm)),
+    };
+  } finally {
+    await client.close();
+    rmSync(state, { recursive: true, force: true });
+  }
+}
+
 // Whether the server has a spare ready: a launcher (sh waiting to exec bwrap)
 // or a spare bwrap among its children.
 function spareReady(pid) {
@@ -177,6 +220,7 @@ async function main() {
     const processes = tree(sandboxRoots[0]).map((pid) => ({ pid, comm: comm(pid), ...memory(pid) }));
     const sum = (k) => processes.reduce((a, p) => a + p[k], 0);
     const server = memory(serverPid);
+    const idled = await idleShellRun();
 
     const report = {
       load_average_1m: round(loadavg()[0]),
@@ -197,6 +241,11 @@ async function main() {
       sandbox_rss_mib: round(sum('rss_kib') / 1024, 1),
       sandbox_pss_mib: round(sum('pss_kib') / 1024, 1),
       sandbox_processes: processes.map((p) => ({ comm: p.comm, rss_kib: p.rss_kib, pss_kib: p.pss_kib })),
+      sandbox_idle_shell_rss_mib: idled.rss_mib,
+      sandbox_idle_shell_pss_mib: idled.pss_mib,
+      sandbox_idle_shell_processes: idled.processes,
+      exec_after_idle_shell_ms: idled.exec_after_idle_ms,
+      exec_warm_same_server_ms: idled.exec_warm_ms,
       targets: { warm_ratio: 1.5, cold_ratio: 1.5, server_rss_mib: 10, sandbox_mib: 5 },
     };
     if (JSON_OUT) {
@@ -210,8 +259,12 @@ async function main() {
         console.log(`first call of a new conversation [--spare ${spare}${spare === 'prepared' ? ', default' : ''}]: ` +
           `median ${c.cold_ms} ms; bare bwrap: ${c.bare_ms} ms; ratio ${c.ratio} (target <= 1.5; spare ready ${c.spare_ready}/${c.iterations})`);
       console.log(`server: RSS ${r.server_rss_mib} MiB, PSS ${r.server_pss_mib} MiB (target < 10)`);
-      console.log(`idle sandbox: RSS ${r.sandbox_rss_mib} MiB, PSS ${r.sandbox_pss_mib} MiB (target < 5): ` +
-        r.sandbox_processes.map((p) => `${p.comm} ${round(p.rss_kib / 1024, 1)}/${round(p.pss_kib / 1024, 1)}`).join(', '));
+      const parts = (list) => list.map((p) => `${p.comm} ${round(p.rss_kib / 1024, 1)}/${round(p.pss_kib / 1024, 1)}`).join(', ');
+      console.log(`idle sandbox, session shell alive: RSS ${r.sandbox_rss_mib} MiB, PSS ${r.sandbox_pss_mib} MiB ` +
+        `(target RSS < 5): ${parts(r.sandbox_processes)}`);
+      console.log(`idle sandbox, shell idled out: RSS ${r.sandbox_idle_shell_rss_mib} MiB, PSS ` +
+        `${r.sandbox_idle_shell_pss_mib} MiB (target RSS < 5): ${parts(r.sandbox_idle_shell_processes)}`);
+      console.log(`exec after the shell idled out: median ${r.exec_after_idle_shell_ms} ms; warm: ${r.exec_warm_same_server_ms} ms`);
     }
   } finally {
     await client.close();

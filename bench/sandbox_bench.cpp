@@ -53,18 +53,28 @@ void run_and_wait(std::vector<std::string> argv, bool drop) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::fprintf(stderr, "baseline command failed (%d)\n", status);
 }
 
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+struct Memory {
+  long rss_kib = 0, pss_kib = 0;
+};
+
+// Rss and Pss of /proc/PID/smaps_rollup.
+Memory memory_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
   std::string key;
-  long value = 0;
+  Memory m;
   while (in >> key) {
-    if (key == "VmRSS:") {
-      in >> value;
-      return value;
-    }
+    if (key == "Rss:") in >> m.rss_kib;
+    else if (key == "Pss:") in >> m.pss_kib;
     in.ignore(1 << 20, '\n');
   }
-  return 0;
+  return m;
+}
+
+std::string comm_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
 }
 
 // pid and all its descendants, from /proc.
@@ -174,21 +184,66 @@ int main(int argc, char** argv) {
                 median(cold) / median(bare));
   }
 
-  // 3. RSS.
-  Lease idle = manager.acquire("idle");
-  pid_t bwrap_pid = idle.agent().pid();
-  usleep(200'000);
-  long idle_kib = 0;
-  for (pid_t p : tree(bwrap_pid)) idle_kib += rss_kib(p);
-  long with_shell = 0;
-  idle.agent().call("exec", {{"command", "true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
-  for (pid_t p : tree(bwrap_pid)) with_shell += rss_kib(p);
-  std::printf("RSS: this (server-side) process %.1f MB; idle sandbox (bwrap x2 + agent) %.1f MB; with a session shell %.1f MB\n",
-              rss_kib(getpid()) / 1024.0, idle_kib / 1024.0, with_shell / 1024.0);
-  std::printf("agent alone: %.1f MB\n", [&] {
-    auto t = tree(bwrap_pid);
-    return t.size() > 2 ? rss_kib(t[2]) / 1024.0 : 0.0;
-  }());
+  // 3. Memory. Every process under the sandbox's bwrap, summed: RSS counts
+  // pages shared with other processes (the agent's code, libc) in each of
+  // them, PSS divides them among the processes that map them.
+  auto sandbox_memory = [](pid_t bwrap_pid) {
+    Memory total;
+    std::string parts;
+    for (pid_t p : tree(bwrap_pid)) {
+      Memory m = memory_of(p);
+      total.rss_kib += m.rss_kib;
+      total.pss_kib += m.pss_kib;
+      char part[96];
+      std::snprintf(part, sizeof part, "%s%s %.1f/%.1f", parts.empty() ? "" : ", ", comm_of(p).c_str(),
+                    m.rss_kib / 1024.0, m.pss_kib / 1024.0);
+      parts += part;
+    }
+    char head[96];
+    std::snprintf(head, sizeof head, "RSS %.1f MiB, PSS %.1f MiB", total.rss_kib / 1024.0, total.pss_kib / 1024.0);
+    return std::make_pair(total, std::string(head) + " (RSS/PSS MiB: " + parts + ")");
+  };
+  {
+    Lease idle = manager.acquire("idle");
+    idle.agent().call("exec", {{"command", "true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
+    usleep(300'000);
+    auto [with_shell, text] = sandbox_memory(idle.agent().pid());
+    Memory self = memory_of(getpid());
+    std::printf("memory: server side (this process): RSS %.1f MiB, PSS %.1f MiB\n", self.rss_kib / 1024.0,
+                self.pss_kib / 1024.0);
+    std::printf("memory: idle sandbox, session shell alive: %s; target RSS < 5\n", text.c_str());
+  }
+  {
+    // The same with shells that idle out after 300 ms (the server's
+    // --shell-idle-timeout, 60 s by default).
+    ManagerOptions idle_options = options;
+    char idle_tmpl[] = "/tmp/agentbox-bench-idle-XXXXXX";
+    idle_options.state_dir = mkdtemp(idle_tmpl);
+    if (root) chmod(idle_options.state_dir.c_str(), 0711);
+    idle_options.agent_args = {"--shell-idle-ms", "300"};
+    {
+      Manager idle_manager(idle_options);
+      Lease idle = idle_manager.acquire("idle");
+      idle.agent().call("exec", {{"command", "true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
+      usleep(1'000'000);
+      auto [idled, text] = sandbox_memory(idle.agent().pid());
+      std::printf("memory: idle sandbox, shell idled out: %s; target RSS < 5\n", text.c_str());
+      // What the next command pays for a fresh shell, against a warm one.
+      std::vector<double> restart, warm;
+      for (int i = 0; i < 10; ++i) {
+        usleep(700'000);  // idles out again
+        auto t = Clock::now();
+        idle.agent().call("exec", {{"command", "/bin/true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
+        restart.push_back(ms_since(t));
+        t = Clock::now();
+        idle.agent().call("exec", {{"command", "/bin/true"}, {"timeout_ms", 10000}}, std::chrono::seconds(30));
+        warm.push_back(ms_since(t));
+      }
+      std::printf("exec after the shell idled out: median %.2f ms; warm session: median %.2f ms\n", median(restart),
+                  median(warm));
+    }
+    std::filesystem::remove_all(idle_options.state_dir);
+  }
   std::filesystem::remove_all(options.state_dir);
   return 0;
 }
