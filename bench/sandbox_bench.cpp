@@ -6,7 +6,7 @@
 //      `bwrap <same plan> /bin/true`, with nothing prepared ahead (spare
 //      none), with the default (spare prepared) and with a warm spare;
 //   3. RSS of this process (the server side) and of one idle sandbox.
-// Usage: sandbox_bench AGENT_BINARY [iterations]
+// Usage: sandbox_bench AGENT_BINARY [iterations] [gap_ms between cold starts, default 150]
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/manager.h"
 
@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::warn);
   int n = argc > 2 ? std::atoi(argv[2]) : 200;
+  int gap_ms = argc > 3 ? std::atoi(argv[3]) : 150;
   char tmpl[] = "/tmp/agentbox-bench-XXXXXX";
   ManagerOptions options;
   options.state_dir = mkdtemp(tmpl);
@@ -158,8 +159,11 @@ int main(int argc, char** argv) {
       usleep(300'000);  // the first spare, as a server that has been up a moment has it
       for (int i = 0; i < cold_n; ++i) {
         // New conversations do not arrive back to back: the manager replaces
-        // its spare 50 ms after the last start (ManagerOptions::spare).
-        usleep(150'000);
+        // its spare 50 ms after the last start (ManagerOptions::spare). The
+        // gap also matters without a spare: a cgroup v1 join right after
+        // another one is cheap, after a pause it waits for an RCU grace
+        // period (docs/sandbox.md "Cold start").
+        usleep(gap_ms * 1000);
         auto t = Clock::now();
         run_and_wait(bare_argv, root);
         bare.push_back(ms_since(t));

@@ -54,6 +54,9 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation) {
   sandbox->id_ = record.id;
   sandbox->dirs_.root = layout_.sandbox(record.id);
   if (claimed) {
+    // bwrap starts now, while the caller takes the lock and reads the
+    // catalog; start_agent waits for the agent's hello.
+    claimed->release_gate();
     claimed->claimed = true;
     sandbox->lock_ = std::move(claimed->lock);
     sandbox->prepared_ = std::move(claimed);
