@@ -67,7 +67,8 @@ std::string run_helper(const std::vector<std::string>& args, const std::function
     // Async-signal-safe calls only: the server is threaded.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
-    if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(126);
+    if (fds[1] == STDOUT_FILENO) fcntl(fds[1], F_SETFD, 0);  // dup2 onto itself keeps O_CLOEXEC
+    else if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(126);
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0 && null != STDIN_FILENO) dup2(null, STDIN_FILENO);
     syscall(SYS_close_range, 3U, ~0U, 0U);  // nothing of the server's leaks in
