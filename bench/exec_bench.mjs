@@ -5,7 +5,7 @@
 //   1. exec of /bin/true in a warm session vs spawning /bin/true from Node
 //      (spawnSync, and execFile for an asynchronous spawn);
 //   2. first call of a new conversation (sandbox cold start + exec) vs a bare
-//      `bwrap --unshare-all --ro-bind /usr /usr ... true`, with a server for
+//      bwrap with the same plan running /bin/true, with a server for
 //      each --spare setting (none, prepared = default, warm);
 //   3. RSS and PSS (/proc/PID/smaps_rollup) of the server and of one idle
 //      sandbox (every process under its bwrap), with its session shell alive
@@ -13,8 +13,8 @@
 //      shell idled out; and what the next exec pays for a fresh shell.
 // Usage: node bench/exec_bench.mjs [--bin build/agentbox] [--iterations 200]
 //        [--cold 20] [--json]
-import { execFile, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -77,11 +77,14 @@ async function callExec(client, args) {
   return result;
 }
 
-const BARE_BWRAP = [
-  '--unshare-all', '--die-with-parent', '--new-session', '--ro-bind', '/usr', '/usr',
-  '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64',
-  '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '/usr/bin/true',
-];
+// The baseline: bwrap with the very plan a sandbox gets (namespaces, binds,
+// generated /etc; as root, run as the sandbox uid as sandboxes are), running
+// /bin/true instead of the agent (`agentbox bench-plan`, sandbox/bare_plan.h).
+function barePlan(dir) {
+  const argv = JSON.parse(execFileSync(BIN, ['bench-plan', dir], { encoding: 'utf8' }));
+  const asSandboxUser = process.getuid() === 0 ? { uid: 65534, gid: 65534 } : {};
+  return () => spawnSync(argv[0], argv.slice(1), asSandboxUser);
+}
 
 // One server started with --spare SPARE; COLD first calls of new
 // conversations, each right after a bare bwrap run. New conversations do not
@@ -99,12 +102,14 @@ async function coldRun(spare) {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const cold = [], bare = [];
   let ready = 0;
+  chmodSync(state, 0o711);  // as root the baseline runs as the sandbox uid, which must reach its dirs
+  const runBare = barePlan(join(state, 'bare'));
   try {
     await sleep(300);  // a server that has been up a moment
     for (let i = 0; i < COLD; i++) {
       await sleep(150);
       let t = now();
-      const b = spawnSync('/usr/bin/bwrap', BARE_BWRAP);
+      const b = runBare();
       bare.push(now() - t);
       if (b.status !== 0) throw new Error(`bare bwrap failed: ${b.stderr}`);
       ready += spareReady(transport.pid);

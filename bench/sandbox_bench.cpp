@@ -125,20 +125,8 @@ int main(int argc, char** argv) {
   // 2. cold start vs bare bwrap with the same plan, for each spare setting
   // (ManagerOptions::spare), each in a manager of its own; the bare bwrap
   // runs are interleaved with the cold starts so drift hits both alike.
-  BwrapOptions plan;
-  plan.dirs.root = options.state_dir / "sandboxes" / "bare";
-  for (auto d : {plan.dirs.root, plan.dirs.workspace(), plan.dirs.home(), plan.dirs.tmp(), plan.dirs.etc()})
-    std::filesystem::create_directories(d);
-  for (const auto& [name, content] : generated_etc_files(plan)) std::ofstream(plan.dirs.etc() / name) << content;
-  if (root) {
-    chmod(options.state_dir.c_str(), 0711);
-    for (auto d : {plan.dirs.root, plan.dirs.workspace(), plan.dirs.home(), plan.dirs.tmp()})
-      if (chown(d.c_str(), 65534, 65534) != 0) perror("chown");
-  }
-  plan.agent_binary = "/bin/true";
-  auto bare_argv = bwrap_argv(plan);
-  bare_argv.back() = "/bin/true";  // run true itself instead of the agent
-  bare_argv[bare_argv.size() - 1] = kAgentPathInside;
+  if (root) chmod(options.state_dir.c_str(), 0711);
+  auto bare_argv = bare_plan_argv(options.state_dir / "sandboxes" / "bare");
   int cold_n = std::max(10, n / 10);
   struct Mode {
     ManagerOptions::Spare spare;
