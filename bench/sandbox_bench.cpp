@@ -5,7 +5,9 @@
 //   2. first call of a new conversation (sandbox cold start + exec) vs a bare
 //      `bwrap <same plan> /bin/true`, with nothing prepared ahead (spare
 //      none), with the default (spare prepared) and with a warm spare;
-//   3. RSS of this process (the server side) and of one idle sandbox.
+//   3. memory, RSS (the measure) and PSS, of this process (the server
+//      side) and of every process of one idle sandbox: with its session
+//      shell alive, and after the shell idled out (--shell-idle-ms).
 // Usage: sandbox_bench AGENT_BINARY [iterations] [gap_ms between cold starts, default 150]
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/manager.h"
