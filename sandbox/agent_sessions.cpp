@@ -25,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // Saves what makes a session: every ordinary variable (bash's own dynamic
-// ones excluded), functions, aliases, shell options, then the cwd last.
+// ones excluded), functions, aliases, umask, traps, shell options, then the
+// cwd last.
 // ${!a@} lists names by prefix without forking (compgen in $(...) would cost
 // a fork per command). The file is on a tmpfs: an ext4 truncate costs ms here.
 // bash line-buffers its output, so every line saved is a write(2): options
@@ -35,7 +36,7 @@ constexpr const char* kShellRc = R"(shopt -s expand_aliases
 __ab_opts="$BASHOPTS $SHELLOPTS"
 __ab_save() {
   {
-    builtin declare -f; builtin alias -p
+    builtin declare -f; builtin alias -p; builtin umask -p; builtin trap -p
     [[ "$BASHOPTS $SHELLOPTS" == "$__ab_opts" ]] || { builtin shopt -p; builtin set +o; }
     local __ab_n __ab_v=()
     for __ab_n in ${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!j@} ${!k@} ${!l@} ${!m@} \

@@ -48,17 +48,19 @@ void pause_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 TEST_CASE("an idle session shell exits and the next exec restores the session") {
   IdleFixture f("300");
   f.call("session.create", {{"name", "probe"}});
-  auto first = f.exec("cd /tmp; export IDLE_A='x y'; IDLE_B=2; idle_f() { echo fn; }; alias idle_hi='echo alias'; echo $$");
+  auto first = f.exec("cd /tmp; export IDLE_A='x y'; IDLE_B=2; idle_f() { echo fn; }; alias idle_hi='echo alias'; "
+                      "umask 027; trap 'echo bye' USR1; set -o pipefail; echo $$");
   REQUIRE(first["exit_code"] == 0);
   std::string pid = first["stdout"].get<std::string>();
   pid.pop_back();
   pause_ms(1500);
   // From another session: the default session's bash is gone.
   CHECK(f.exec("kill -0 " + pid + " 2>/dev/null && echo alive || echo gone", "probe")["stdout"] == "gone\n");
-  auto again = f.exec("echo $$; pwd; echo \"$IDLE_A/$IDLE_B\"; idle_f; idle_hi");
+  auto again = f.exec("echo $$; pwd; echo \"$IDLE_A/$IDLE_B\"; idle_f; idle_hi; umask; trap -p USR1; "
+                      "[[ -o pipefail ]] && echo pipefail");
   CHECK(again["exit_code"] == 0);
   std::string out = again["stdout"];
-  CHECK(out.substr(out.find('\n') + 1) == "/tmp\nx y/2\nfn\nalias\n");
+  CHECK(out.substr(out.find('\n') + 1) == "/tmp\nx y/2\nfn\nalias\n0027\ntrap -- 'echo bye' SIGUSR1\npipefail\n");
   CHECK(out.substr(0, out.find('\n')) != pid);
   CHECK_FALSE(again.contains("notice"));
 }
