@@ -9,6 +9,7 @@
 //      side) and of every process of one idle sandbox: with its session
 //      shell alive, and after the shell idled out (--shell-idle-ms).
 // Usage: sandbox_bench AGENT_BINARY [iterations] [gap_ms between cold starts, default 150]
+#include "sandbox/bare_plan.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/manager.h"
 
