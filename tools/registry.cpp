@@ -80,6 +80,13 @@ ValidationError describe(const json& input_schema, std::string field, const std:
     if (schema && schema->contains("type")) return {field, "must be of type " + (*schema)["type"].dump()};
     return {field, "has the wrong type"};
   }
+  // valijson prints bounds as doubles ("3600000.000000"): the schema's own
+  // numbers read better.
+  const json* schema = schema_at(input_schema, field);
+  if (schema && raw.find("less than or equal to") != std::string::npos && schema->contains("maximum"))
+    return {field, "must be less than or equal to " + (*schema)["maximum"].dump()};
+  if (schema && raw.find("greater than or equal to") != std::string::npos && schema->contains("minimum"))
+    return {field, "must be greater than or equal to " + (*schema)["minimum"].dump()};
   return {field, raw};
 }
 
