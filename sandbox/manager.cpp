@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <ctime>
+#include <csignal>
 #include <fcntl.h>
 #include <fstream>
 #include <sys/stat.h>
@@ -139,7 +140,7 @@ std::size_t Manager::running() const {
 }
 
 Lease Manager::acquire(const std::string& conversation, const ProgressFn& progress) {
-  auto sandbox = entry(conversation);
+  auto sandbox = entry(conversation, /*claim_spare=*/true);
   std::lock_guard life(sandbox->lifecycle_);
   std::string notice;
   if (!sandbox->running()) {
@@ -178,8 +179,16 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
 }
 
 std::optional<Lease> Manager::try_acquire(const std::string& conversation) {
-  auto sandbox = find(conversation);
-  if (!sandbox) return std::nullopt;
+  std::shared_ptr<Sandbox> sandbox;
+  {
+    // Not find(): mutex_ can be held across a catalog write or a spare's
+    // teardown, and the caller may be the server's stdin reader.
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return std::nullopt;
+    auto it = sandboxes_.find(conversation);
+    if (it == sandboxes_.end()) return std::nullopt;
+    sandbox = it->second;
+  }
   std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
   if (!life.owns_lock() || !sandbox->running()) return std::nullopt;
   std::lock_guard slock(sandbox->mutex_);
@@ -238,18 +247,24 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   return spec;
 }
 
-std::shared_ptr<Sandbox> Manager::pick_eviction_locked(const Sandbox& starting) {
+std::size_t Manager::running_locked(const Sandbox& starting) const {
   std::size_t running = 0;
-  std::shared_ptr<Sandbox> oldest;
   for (const auto& [conversation, s] : sandboxes_) {
     if (s.get() == &starting) continue;
     std::string state = s->state();
-    if (state != "active" && state != "starting") continue;
-    ++running;
-    std::lock_guard lock(s->mutex_);
-    if (state == "active" && s->in_use_ == 0 && (!oldest || s->last_used_ < oldest->last_used_)) oldest = s;
+    running += state == "active" || state == "starting";
   }
-  if (running < options_.max_sandboxes || !oldest) return nullptr;
+  return running;
+}
+
+std::shared_ptr<Sandbox> Manager::pick_eviction_locked(const Sandbox& starting) {
+  std::shared_ptr<Sandbox> oldest;
+  for (const auto& [conversation, s] : sandboxes_) {
+    if (s.get() == &starting || s->state() != "active") continue;
+    std::lock_guard lock(s->mutex_);
+    if (s->in_use_ == 0 && (!oldest || s->last_used_ < oldest->last_used_)) oldest = s;
+  }
+  if (running_locked(starting) < options_.max_sandboxes || !oldest) return nullptr;
   spdlog::info("sandbox {} ({}) stopped to make room: at most {} run at once", oldest->id(), oldest->conversation(),
                options_.max_sandboxes);
   return oldest;
@@ -260,26 +275,6 @@ void Manager::start_agent(Sandbox& sandbox_ref) {
   {
     std::lock_guard lock(spare_mutex_);
     ++starting_;
-  }
-  // mutex_ is held only to pick a sandbox to evict and to mark this one
-  // "starting" (counted against max_sandboxes): a slow start must not hold up
-  // other conversations. lifecycle_, held by the caller, makes a second call
-  // for this conversation wait for this start.
-  std::shared_ptr<Sandbox> evicted;
-  std::unique_ptr<PreparedSandbox> warm_spare;  // dropped to make room
-  {
-    std::lock_guard lock(mutex_);
-    evicted = pick_eviction_locked(*sandbox);
-    if (evicted) {
-      // A warm spare counts toward max_sandboxes: it goes first.
-      std::lock_guard spare_lock(spare_mutex_);
-      if (spare_ && spare_->warm) {
-        warm_spare = std::move(spare_);
-        evicted.reset();
-      }
-    }
-    std::lock_guard slock(sandbox->mutex_);
-    sandbox->phase_ = "starting";
   }
   struct EndPhase {
     Manager& m;
@@ -298,6 +293,22 @@ void Manager::start_agent(Sandbox& sandbox_ref) {
       }
     }
   } end_phase{*this, *sandbox};
+  // mutex_ is held only to pick a sandbox to evict and to mark this one
+  // "starting" (counted against max_sandboxes): a slow start must not hold up
+  // other conversations. lifecycle_, held by the caller, makes a second call
+  // for this conversation wait for this start.
+  std::shared_ptr<Sandbox> evicted;
+  std::unique_ptr<PreparedSandbox> warm_spare;  // dropped to make room
+  {
+    std::lock_guard lock(mutex_);
+    std::lock_guard spare_lock(spare_mutex_);
+    // A warm spare counts toward max_sandboxes, and goes first.
+    bool warm = spare_ && spare_->warm;
+    if (warm && running_locked(*sandbox) + 1 >= options_.max_sandboxes) warm_spare = std::move(spare_);
+    evicted = pick_eviction_locked(*sandbox);
+    std::lock_guard slock(sandbox->mutex_);
+    sandbox->phase_ = "starting";
+  }
   warm_spare.reset();
   if (evicted) evict(*evicted);
   stop(*sandbox);  // what a dead agent left (its cgroup)
@@ -360,7 +371,17 @@ PreparedSandbox::~PreparedSandbox() {
 
 void PreparedSandbox::release_gate() {
   if (gate < 0) return;
-  (void)!write(gate, "\n", 1);
+  // A launcher that died leaves no reader: EPIPE, not a SIGPIPE that would
+  // end a process that does not ignore it (tests, benches; serve does).
+  sigset_t pipe_signal, old;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
+  if (write(gate, "\n", 1) < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE)) {
+    timespec now{0, 0};
+    sigtimedwait(&pipe_signal, nullptr, &now);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   close(gate);
   gate = -1;
 }

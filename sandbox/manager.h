@@ -217,12 +217,14 @@ class Manager {
   void remove_stale_cgroups();
   // The least recently used idle sandbox to stop so that one more may start
   // (at most max_sandboxes active or starting), or null.
+  // Sandboxes active or starting, besides `starting`.
+  std::size_t running_locked(const Sandbox& starting) const;
   std::shared_ptr<Sandbox> pick_eviction_locked(const Sandbox& starting);
   void stop(Sandbox& sandbox);
   // Stops a sandbox picked to make room, unless a call took it in the
   // meantime (then the cap is exceeded until that call ends).
   void evict(Sandbox& sandbox);
-  std::shared_ptr<Sandbox> entry(const std::string& conversation);
+  std::shared_ptr<Sandbox> entry(const std::string& conversation, bool claim_spare = false);
   void take_lock(Sandbox& sandbox);
   void release_lock(Sandbox& sandbox);
   void save_sessions(Sandbox& sandbox, std::chrono::milliseconds timeout);

@@ -33,16 +33,18 @@ persistence::ArchiveProgressFn progress_adapter(const ProgressFn& progress, cons
 
 }  // namespace
 
-std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation) {
+std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool claim_spare) {
   std::lock_guard lock(mutex_);
   if (auto it = sandboxes_.find(conversation); it != sandboxes_.end()) return it->second;
   persistence::SandboxRecord record;
-  // A new conversation claims the spare (made ready ahead, its id already
-  // locked by this server); an existing one never calls new_id.
+  // A new conversation's first call claims the spare (made ready ahead, its
+  // id already locked by this server); an existing one never calls new_id.
+  // Only acquire() claims: a restore or destroy of a conversation that has
+  // no sandbox must not start one.
   std::unique_ptr<PreparedSandbox> claimed;
   try {
     record = catalog_->sandbox_for(conversation, [&] {
-      claimed = take_spare();
+      if (claim_spare) claimed = take_spare();
       return claimed ? claimed->id : persistence::random_hex(12);
     });
   } catch (const persistence::CatalogError& e) {
