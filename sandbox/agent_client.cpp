@@ -137,17 +137,21 @@ void AgentClient::reader_main(LaunchSpec spec) {
       if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
         child_fail("agentbox: cannot switch to the sandbox user\n");
     }
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    dup2(err[1], 2);
+    // Every fd that moves is first copied above the ones it moves to, so no
+    // dup2 overwrites one still to be moved (the gate may well be fd 3).
+    int moving[5] = {in[0], out[1], err[1], spec.agent_fd, spec.gate_fd};
+    for (int& fd : moving)
+      if (fd >= 0) fd = fcntl(fd, F_DUPFD_CLOEXEC, kAgentFdInBwrap + 2);
+    dup2(moving[0], 0);
+    dup2(moving[1], 1);
+    dup2(moving[2], 2);
     unsigned first_closed = 3;
-    if (spec.agent_fd >= 0) {
-      dup2(spec.agent_fd, kAgentFdInBwrap);  // dup2 clears close-on-exec
+    if (moving[3] >= 0) {
+      dup2(moving[3], kAgentFdInBwrap);  // dup2 clears close-on-exec
       first_closed = kAgentFdInBwrap + 1;
     }
-    if (spec.gate_fd >= 0) {
-      if (spec.gate_fd == kAgentFdInBwrap + 1) fcntl(spec.gate_fd, F_SETFD, 0);
-      else dup2(spec.gate_fd, kAgentFdInBwrap + 1);
+    if (moving[4] >= 0) {
+      dup2(moving[4], kAgentFdInBwrap + 1);
       first_closed = kAgentFdInBwrap + 2;
     }
     syscall(SYS_close_range, first_closed, ~0u, 0u);
@@ -252,24 +256,30 @@ void AgentClient::deliver(std::uint64_t id, Outcome outcome) {
   callback(std::move(outcome));
 }
 
+bool AgentClient::register_pending(std::uint64_t id, Callback& callback, NoteSink notes,
+                                   std::chrono::milliseconds timeout, std::string* refusal) {
+  std::lock_guard lock(mutex_);
+  if (dead_ || stopping_) {
+    if (refusal) *refusal = death_reason_.empty() ? "the sandbox is stopping" : death_reason_;
+    return false;
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  pending_[id] = Pending{std::move(callback), std::move(notes), deadline};
+  // The watchdog sleeps until the earliest deadline it knows of: waking it
+  // for a later one would cost a thread switch per call for nothing.
+  if (deadline < watchdog_wake_) changed_.notify_all();
+  return true;
+}
+
 std::uint64_t AgentClient::call_async(const std::string& method, json params, std::chrono::milliseconds timeout,
                                       Callback callback, NoteSink notes) {
   std::uint64_t id;
-  std::string refusal;
   {
     std::lock_guard lock(mutex_);
     id = next_id_++;
-    if (dead_ || stopping_) {
-      refusal = death_reason_.empty() ? "the sandbox is stopping" : death_reason_;
-    } else {
-      auto deadline = std::chrono::steady_clock::now() + timeout;
-      pending_[id] = Pending{std::move(callback), std::move(notes), deadline};
-      // The watchdog sleeps until the earliest deadline it knows of: waking it
-      // for a later one would cost a thread switch per call for nothing.
-      if (deadline < watchdog_wake_) changed_.notify_all();
-    }
   }
-  if (!refusal.empty()) {
+  std::string refusal;
+  if (!register_pending(id, callback, std::move(notes), timeout, &refusal)) {
     callback(Outcome{json(), SandboxError(codes::kSandboxFailed, refusal)});
     return id;
   }
@@ -290,24 +300,24 @@ std::optional<std::uint64_t> AgentClient::try_call_async(const std::string& meth
   }
   std::string line = rpc::serialize(rpc::make_request(id, method, params));
   line.push_back('\n');
-  std::unique_lock write_lock(write_mutex_, std::try_to_lock);
-  if (!write_lock.owns_lock() || to_agent_ < 0) return std::nullopt;
-  // Half the capacity: the pipe counts pages, partly filled ones included.
-  int queued = 0;
-  if (ioctl(to_agent_, FIONREAD, &queued) != 0 || line.size() + static_cast<std::size_t>(queued) > to_agent_capacity_ / 2)
-    return std::nullopt;
-  {
-    std::lock_guard lock(mutex_);
-    if (dead_ || stopping_) return std::nullopt;
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    pending_[id] = Pending{std::move(callback), notes, deadline};
-    if (deadline < watchdog_wake_) changed_.notify_all();
-  }
-  if (rpc::write_all(to_agent_, line) != 0) {
-    write_lock.unlock();
-    deliver(id, Outcome{json(), SandboxError(codes::kSandboxFailed, "the sandbox's agent is not reachable")});
-  }
+  bool registered = false;
+  bool sent = try_write(line, [&] { return registered = register_pending(id, callback, notes, timeout, nullptr); });
+  if (!registered) return std::nullopt;
+  if (!sent) deliver(id, Outcome{json(), SandboxError(codes::kSandboxFailed, "the sandbox's agent is not reachable")});
   return id;
+}
+
+bool AgentClient::try_write(const std::string& line, const std::function<bool()>& before) {
+  std::unique_lock write_lock(write_mutex_, std::try_to_lock);
+  if (!write_lock.owns_lock() || to_agent_ < 0) return false;
+  // The pipe counts pages, partly filled ones included: a line is written
+  // only when it fits in half the capacity less a page.
+  int queued = 0;
+  if (ioctl(to_agent_, FIONREAD, &queued) != 0 ||
+      line.size() + static_cast<std::size_t>(queued) + 4096 > to_agent_capacity_ / 2)
+    return false;
+  if (before && !before()) return false;
+  return rpc::write_all(to_agent_, line) == 0;
 }
 
 bool AgentClient::send(const json& message) {
@@ -328,7 +338,19 @@ json AgentClient::call(const std::string& method, json params, std::chrono::mill
   return outcome.result;
 }
 
-void AgentClient::cancel(std::uint64_t id) { send(rpc::make_notification("cancel", {{"id", id}})); }
+void AgentClient::cancel(std::uint64_t id) {
+  // Called on the server's stdin reader (notifications/cancelled) and by the
+  // watchdog: neither may wait for a pipe a stuck agent does not drain.
+  std::string line = rpc::serialize(rpc::make_notification("cancel", {{"id", id}}));
+  line.push_back('\n');
+  if (try_write(line)) return;
+  auto self = weak_from_this().lock();
+  if (!self) return;
+  std::thread([self, line = std::move(line)] {
+    std::lock_guard lock(self->write_mutex_);
+    if (self->to_agent_ >= 0) rpc::write_all(self->to_agent_, line);
+  }).detach();
+}
 
 bool AgentClient::alive() const {
   std::lock_guard lock(mutex_);
@@ -386,8 +408,15 @@ void AgentClient::stop() {
     stopping_ = true;
   }
   {
-    // EOF on its stdin tells the agent to kill its processes and exit.
-    std::lock_guard lock(write_mutex_);
+    // EOF on its stdin tells the agent to kill its processes and exit. A
+    // writer blocked on a full pipe (an agent that stopped reading: frozen,
+    // hung) holds the lock: kill the sandbox, and the writer gets EPIPE.
+    std::unique_lock lock(write_mutex_, std::defer_lock);
+    if (!lock.try_lock_for(std::chrono::milliseconds(500))) {
+      spdlog::warn("sandbox {}: its agent does not read its requests; killing it", name_);
+      ::kill(pid_, SIGKILL);
+      lock.lock();
+    }
     if (to_agent_ >= 0) close(to_agent_);
     to_agent_ = -1;
   }

@@ -101,6 +101,13 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   void deliver(std::uint64_t id, Outcome outcome);
   void handle_line(const std::string& line);
   bool send(const json& message);
+  // Registers a call's callback; false (with why, when asked) once the agent is gone.
+  bool register_pending(std::uint64_t id, Callback& callback, NoteSink notes, std::chrono::milliseconds timeout,
+                        std::string* refusal);
+  // Writes line only when that cannot block: no other writer, room in the
+  // pipe. before() runs under the write lock just ahead of the write; false
+  // from it, like no room, means nothing was written.
+  bool try_write(const std::string& line, const std::function<bool()>& before = {});
 
   pid_t pid_ = -1;
   int to_agent_ = -1;
@@ -109,7 +116,7 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   int stderr_fd_ = -1;
   std::string name_;
 
-  std::mutex write_mutex_;
+  std::timed_mutex write_mutex_;  // timed: stop() must not wait forever on a writer a stuck agent blocks
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool launched_ = false;

@@ -65,3 +65,33 @@ test('a frozen sandbox does not hold up the server or other conversations', { ti
   const listed = await call('file_list', { path: '/workspace', conversation: 'frozen' });
   assert.equal(listed.structuredContent.entries.filter((e) => /^\/workspace\/w\d+\.txt$/.test(e.path)).length, 24);
 });
+
+test('a frozen sandbox can still be destroyed, and its queued calls fail instead of hanging', { timeout: 120_000 }, async (t) => {
+  const server = await startServer({ testTools: false });
+  t.after(() => server.close());
+  const { client } = server;
+  const call = (name, args, timeout = 60_000) => client.callTool({ name, arguments: args }, undefined, { timeout });
+
+  const first = await call('file_write', { path: '/workspace/a.txt', content: 'a', conversation: 'frozen' });
+  assert.ok(!first.isError, JSON.stringify(first));
+  const [agent] = agentsOf(server.transport.pid);
+  process.kill(agent, 'SIGSTOP');
+  t.after(() => { try { process.kill(agent, 'SIGCONT'); } catch {} });
+
+  const content = 'z'.repeat(200 * 1024);
+  const writes = [];
+  for (let i = 0; i < 24; i++)
+    writes.push(call('file_write', { path: `/workspace/w${i}.txt`, content, conversation: 'frozen' }));
+  await sleep(200);
+  const t0 = performance.now();
+  const destroyed = await call('sandbox_destroy', { conversation: 'frozen' }, 30_000);
+  const took = performance.now() - t0;
+  assert.ok(!destroyed.isError, JSON.stringify(destroyed.structuredContent));
+  assert.ok(took < 10_000, `destroy took ${took} ms\n${tail(server.stderr())}`);
+  const results = await Promise.all(writes);
+  // Each queued write either made it before the sandbox went or fails with a sandbox error.
+  for (const r of results) if (r.isError) assert.match(r.structuredContent.error.code, /^SANDBOX_/);
+  await client.ping({ timeout: 2000 });
+  const fresh = await call('file_read', { path: '/workspace/a.txt', conversation: 'frozen' });
+  assert.ok(fresh.isError, 'a destroyed sandbox comes back empty');
+});
