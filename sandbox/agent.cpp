@@ -171,12 +171,18 @@ class AgentServer {
     // Not file.move: across mounts it copies a whole tree.
     static const std::set<std::string, std::less<>> methods = {"hello",     "status",     "file.read",
                                                                 "file.write", "file.stat", "file.mkdir"};
-    if (line_bytes > kQuickLineBytes) return false;
-    if (request.method == "file.delete") {
-      auto recursive = request.params.is_object() ? request.params.find("recursive") : request.params.end();
-      return recursive == request.params.end() || !recursive->is_boolean() || !recursive->get<bool>();
-    }
-    return methods.count(request.method) > 0;
+    if (line_bytes > kQuickLineBytes || (!methods.count(request.method) && request.method != "file.delete")) return false;
+    const json& p = request.params;
+    auto is_set = [&p](const char* name) {
+      auto it = p.is_object() ? p.find(name) : p.end();
+      return it != p.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
+    };
+    // A line range is found by reading from the start of the file (a big log
+    // takes seconds); an fsync waits for the disk; a recursive delete walks a tree.
+    if (request.method == "file.read") return !is_set("start_line") && !is_set("line_count");
+    if (request.method == "file.write") return !is_set("sync");
+    if (request.method == "file.delete") return !is_set("recursive");
+    return true;
   }
 
   void dispatch(rpc::Request& request, std::size_t line_bytes) {

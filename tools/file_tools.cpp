@@ -83,15 +83,20 @@ std::string search_text(const json& r) {
 // thread of its own when the sandbox is not running or its pipe is busy.
 using Quick = bool (*)(const json& args);
 constexpr std::size_t kQuickContentBytes = 256 << 10;
-bool small_write(const json& args) {
+// The same rules as the agent's (sandbox/agent.cpp, AgentServer::quick): an
+// argument that is present, not null and not false.
+bool is_set(const json& args, const char* name) {
+  auto it = args.find(name);
+  return it != args.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
+}
+bool quick_read(const json& args) { return !is_set(args, "start_line") && !is_set(args, "line_count"); }
+bool quick_write(const json& args) {
   auto content = args.find("content");
-  return content == args.end() || !content->is_string() ||
-         content->get_ref<const std::string&>().size() <= kQuickContentBytes;
+  bool small = content == args.end() || !content->is_string() ||
+               content->get_ref<const std::string&>().size() <= kQuickContentBytes;
+  return small && !is_set(args, "sync");
 }
-bool not_recursive(const json& args) {
-  auto recursive = args.find("recursive");
-  return recursive == args.end() || (recursive->is_boolean() && !recursive->get<bool>());
-}
+bool not_recursive(const json& args) { return !is_set(args, "recursive"); }
 bool always(const json&) { return true; }
 
 void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method, milliseconds timeout,
@@ -114,11 +119,11 @@ void register_file_tools(Registry& registry, const Services& services) {
   bind_tool(registry, services, "file_read", "file.read", normal, [](json r) {
     std::string text = read_text(r);
     return ToolResult::ok(std::move(r), std::move(text));
-  }, always);
+  }, quick_read);
   bind_tool(registry, services, "file_write", "file.write", normal, [](const json& r) {
     return ToolResult::ok(r, "Wrote " + num(r, "bytes_written") + " bytes to " + str(r, "path") + " (size now " +
                                  num(r, "size") + ")");
-  }, small_write);
+  }, quick_write);
   bind_tool(registry, services, "file_edit", "file.edit", normal, [](const json& r) {
     std::uint64_t n = r.value("replacements", std::uint64_t{0});
     return ToolResult::ok(r, "Replaced " + std::to_string(n) + (n == 1 ? " occurrence" : " occurrences") + " in " +
