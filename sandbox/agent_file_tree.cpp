@@ -266,6 +266,9 @@ bool read_whole(const std::string& path, std::uint64_t size, std::string& buffer
 // Glob patterns as agents write them for ripgrep and friends: `{a,b}`
 // alternatives (nested too), then per '/'-separated segment fnmatch syntax,
 // with a `**` segment standing for any number of directories (none included).
+constexpr std::size_t kMaxGlobAlternatives = 256;
+constexpr long kMaxGlobStars = 4;
+
 std::vector<std::string> expand_braces(const std::string& glob) {
   std::size_t open = glob.find('{');
   if (open == std::string::npos) return {glob};
@@ -284,6 +287,7 @@ std::vector<std::string> expand_braces(const std::string& glob) {
   for (std::size_t comma : commas) {
     std::string alternative = glob.substr(0, open) + glob.substr(from, comma - from) + glob.substr(close + 1);
     for (auto& e : expand_braces(alternative)) out.push_back(std::move(e));
+    if (out.size() > kMaxGlobAlternatives) return out;  // the caller refuses it
     from = comma + 1;
   }
   return out;
@@ -362,7 +366,18 @@ json file_search(AgentRequest& request, const FileEnv& env) {
   // with one, the path below the search root, segment by segment.
   std::vector<std::vector<std::string>> globs;
   bool by_name = glob.find('/') == std::string::npos;
-  for (const auto& g : expand_braces(glob)) globs.push_back(split_segments(g));
+  // Bounds that keep a pattern's cost small: braces multiply, and each '**'
+  // multiplies the ways a path can match.
+  auto expanded = expand_braces(glob);
+  if (expanded.size() > kMaxGlobAlternatives)
+    throw SandboxError(codes::kInvalidArgument, "glob has more than " + std::to_string(kMaxGlobAlternatives) +
+                                                    " alternatives once its {...} are expanded");
+  for (const auto& g : expanded) {
+    globs.push_back(split_segments(g));
+    if (std::count(globs.back().begin(), globs.back().end(), "**") > kMaxGlobStars)
+      throw SandboxError(codes::kInvalidArgument,
+                         "glob has more than " + std::to_string(kMaxGlobStars) + " '**' segments");
+  }
   auto glob_matches = [&](const std::string& path, const std::string& name) {
     if (glob.empty()) return true;
     std::vector<std::string> relative =

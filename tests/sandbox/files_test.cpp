@@ -364,6 +364,11 @@ TEST_CASE("search: matches, glob, binary and .git skipped, cap, bad patterns") {
   CHECK(n("**/*.{py,md}") == 2);
   CHECK(n("sub/{deep/e.md,b.txt}") == 2);
   CHECK(n("*.{unclosed") == 0);
+  std::string many;  // 2^10 alternatives
+  for (int i = 0; i < 10; ++i) many += "{a,b}";
+  CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "s"}, {"glob", many}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "s"}, {"glob", "**/a/**/b/**/c/**/d/**/e"}}) ==
+        codes::kInvalidArgument);
   CHECK(f.call("file.search", {{"pattern", "^(alpha|gamma)$"}, {"path", "s/a.py"}})["matches"].size() == 2);
   f.exec("for i in $(seq 50); do echo hit; done > s/many");
   r = f.call("file.search", {{"pattern", "hit"}, {"path", "s"}, {"max_results", 10}});
