@@ -24,7 +24,6 @@ function rssKib(pid) {
 test('a 100 MiB file is written in chunks and read in pages; server memory stays bounded', { timeout: 600_000 }, async (t) => {
   requireBinary();
   const state = tempDir('agentbox-bigfile-');
-  t.after(() => state.cleanup());
   const transport = new StdioClientTransport({ command: AGENTBOX_BIN, args: ['serve', '--state-dir', state.dir], stderr: 'pipe' });
   let stderr = '';
   transport.stderr?.on('data', (d) => { stderr = (stderr + d).slice(-50_000); });
@@ -32,7 +31,11 @@ test('a 100 MiB file is written in chunks and read in pages; server memory stays
   let largest = 0;
   const client = new Client({ name: 'agentbox-bigfile-test', version: '0.0.0' }, { capabilities: {} });
   await client.connect(transport);
-  t.after(() => client.close());
+  // Server first, then its state directory.
+  t.after(async () => {
+    await client.close();
+    state.cleanup();
+  });
   const onmessage = transport.onmessage;
   transport.onmessage = (message) => {
     largest = Math.max(largest, JSON.stringify(message).length);

@@ -52,10 +52,14 @@ async function sh(server, conversation, command, extra = {}) {
 describe('agent workflow with every tool', () => {
   test('write, build, sessions, background server, edit, search, snapshot, destroy, restore, restart', async (t) => {
     const state = tempDir('agentbox-workflow-');
-    t.after(() => state.cleanup());
     const c = 'workflow';
     let server = await serve(state.dir);
-    t.after(() => server.close());
+    // One hook, server first: removing the state directory under a running
+    // server fails (ENOTEMPTY) and would hide the test's own error.
+    t.after(async () => {
+      await server.close();
+      state.cleanup();
+    });
 
     // Files and a build.
     await ok(server, 'file_mkdir', { path: 'src', recursive: true, conversation: c });
