@@ -427,19 +427,35 @@ void AgentClient::stop() {
   }
 }
 
+namespace {
+
+// The last reference to a client can go on one of its own threads: a call's
+// callback holds a lease on the sandbox, and the reader thread runs the
+// callbacks fail_all() fails when the agent is gone (after a destroy, say),
+// so the sandbox and its client may be released there. A thread cannot join
+// itself; that one is at the very end of its work (fail_all is the reader's
+// last step) and is left to finish on its own.
+void join_or_detach(std::thread& t) {
+  if (!t.joinable()) return;
+  if (t.get_id() == std::this_thread::get_id()) t.detach();
+  else t.join();
+}
+
+}  // namespace
+
 AgentClient::~AgentClient() {
   stop();
   {
     std::lock_guard lock(mutex_);
     if (!dead_ && pid_ > 0) ::kill(pid_, SIGKILL);
   }
-  if (reader_.joinable()) reader_.join();
+  join_or_detach(reader_);
   {
     std::lock_guard lock(mutex_);
     dead_ = true;
     changed_.notify_all();
   }
-  if (watchdog_.joinable()) watchdog_.join();
+  join_or_detach(watchdog_);
   if (from_agent_ >= 0) close(from_agent_);
 }
 

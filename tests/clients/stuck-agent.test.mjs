@@ -26,9 +26,19 @@ function agentsOf(pid) {
   return children(pid).filter((p) => comm(p) === 'bwrap').flatMap((b) => children(b));
 }
 
-test('a frozen sandbox does not hold up the server or other conversations', { timeout: 120_000 }, async (t) => {
+// The server's last log lines go with any failure.
+const withLog = (body) => async (t) => {
   const server = await startServer({ testTools: false });
   t.after(() => server.close());
+  try {
+    await body(t, server);
+  } catch (err) {
+    err.message += `\n--- server stderr ---\n${tail(server.stderr(), 40)}`;
+    throw err;
+  }
+};
+
+test('a frozen sandbox does not hold up the server or other conversations', { timeout: 120_000 }, withLog(async (t, server) => {
   const { client } = server;
   const call = (name, args, timeout = 60_000) => client.callTool({ name, arguments: args }, undefined, { timeout });
 
@@ -64,11 +74,9 @@ test('a frozen sandbox does not hold up the server or other conversations', { ti
   for (const r of results) assert.ok(!r.isError, JSON.stringify(r.structuredContent));
   const listed = await call('file_list', { path: '/workspace', conversation: 'frozen' });
   assert.equal(listed.structuredContent.entries.filter((e) => /^\/workspace\/w\d+\.txt$/.test(e.path)).length, 24);
-});
+}));
 
-test('a frozen sandbox can still be destroyed, and its queued calls fail instead of hanging', { timeout: 120_000 }, async (t) => {
-  const server = await startServer({ testTools: false });
-  t.after(() => server.close());
+test('a frozen sandbox can still be destroyed, and its queued calls fail instead of hanging', { timeout: 120_000 }, withLog(async (t, server) => {
   const { client } = server;
   const call = (name, args, timeout = 60_000) => client.callTool({ name, arguments: args }, undefined, { timeout });
 
@@ -94,4 +102,4 @@ test('a frozen sandbox can still be destroyed, and its queued calls fail instead
   await client.ping({ timeout: 2000 });
   const fresh = await call('file_read', { path: '/workspace/a.txt', conversation: 'frozen' });
   assert.ok(fresh.isError, 'a destroyed sandbox comes back empty');
-});
+}));
