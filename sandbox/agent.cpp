@@ -16,7 +16,6 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -168,21 +167,8 @@ class AgentServer {
   static constexpr std::size_t kQuickLineBytes = 1 << 20;
 
   static bool quick(const rpc::Request& request, std::size_t line_bytes) {
-    // Not file.move: across mounts it copies a whole tree.
-    static const std::set<std::string, std::less<>> methods = {"hello",     "status",     "file.read",
-                                                                "file.write", "file.stat", "file.mkdir"};
-    if (line_bytes > kQuickLineBytes || (!methods.count(request.method) && request.method != "file.delete")) return false;
-    const json& p = request.params;
-    auto is_set = [&p](const char* name) {
-      auto it = p.is_object() ? p.find(name) : p.end();
-      return it != p.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
-    };
-    // A line range is found by reading from the start of the file (a big log
-    // takes seconds); an fsync waits for the disk; a recursive delete walks a tree.
-    if (request.method == "file.read") return !is_set("start_line") && !is_set("line_count");
-    if (request.method == "file.write") return !is_set("sync");
-    if (request.method == "file.delete") return !is_set("recursive");
-    return true;
+    if (line_bytes > kQuickLineBytes) return false;
+    return request.method == "hello" || request.method == "status" || quick_file_call(request.method, request.params);
   }
 
   void dispatch(rpc::Request& request, std::size_t line_bytes) {

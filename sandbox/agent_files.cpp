@@ -513,6 +513,18 @@ json file_edit(const json& params, const FileEnv& env) {
           {"diff", edit_diff(target, before, positions, old_string.size(), new_string)}};
 }
 
+bool quick_file_call(std::string_view method, const json& params) {
+  // Present, not null and not false.
+  auto is_set = [&params](const char* name) {
+    auto it = params.is_object() ? params.find(name) : params.end();
+    return it != params.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
+  };
+  if (method == "file.read") return !is_set("start_line") && !is_set("line_count");
+  if (method == "file.write") return !is_set("sync");
+  if (method == "file.delete") return !is_set("recursive");
+  return method == "file.stat" || method == "file.mkdir";
+}
+
 void register_file_methods(MethodTable& table, SessionResolver resolve, const AgentConfig& config) {
   auto env = [resolve = std::move(resolve), &config](const json& params) {
     FileEnv e;

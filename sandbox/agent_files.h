@@ -17,6 +17,7 @@
 #include "sandbox/agent_processes.h"
 
 #include <cstdint>
+#include <string_view>
 
 namespace agentbox::sandbox {
 
@@ -42,5 +43,13 @@ json file_list(const json& params, const FileEnv& env);
 json file_search(AgentRequest& request, const FileEnv& env);
 
 void register_file_methods(MethodTable& table, SessionResolver resolve, const AgentConfig& config);
+
+// Whether a file method with these params is bounded and never waits, so it
+// may be served on a reader thread: the agent's (sandbox/agent.cpp) and the
+// server's stdin reader (tools/file_tools.cpp) use this one rule. Not
+// file.move (across mounts it copies a tree), list, search or edit; not a
+// read by line range (found by reading from the file's start), a write with
+// sync (an fsync waits for the disk) or a recursive delete.
+bool quick_file_call(std::string_view method, const json& params);
 
 }  // namespace agentbox::sandbox

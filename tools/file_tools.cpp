@@ -5,6 +5,7 @@
 // reads. The structured result is the agent's result as is.
 #include "tools/sandbox_call.h"
 
+#include "sandbox/agent_files.h"
 #include "sandbox/output_buffer.h"
 
 namespace agentbox::tools {
@@ -77,33 +78,25 @@ std::string search_text(const json& r) {
   return text + "]";
 }
 
-// Which calls may run on the server's stdin reader thread: small, bounded
-// operations (the agent serves them on its reader thread too) once the
-// manager is up. call_agent never blocks on that path; it falls back to a
-// thread of its own when the sandbox is not running or its pipe is busy.
-using Quick = bool (*)(const json& args);
+// Which calls may run on the server's stdin reader thread: the agent's own
+// rule for its reader thread (sandbox::quick_file_call), content small enough
+// for the agent's pipe, once the manager is up. call_agent never blocks on
+// that path; it falls back to a thread of its own when the sandbox is not
+// running or its pipe is busy.
 constexpr std::size_t kQuickContentBytes = 256 << 10;
-// The same rules as the agent's (sandbox/agent.cpp, AgentServer::quick): an
-// argument that is present, not null and not false.
-bool is_set(const json& args, const char* name) {
-  auto it = args.find(name);
-  return it != args.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
-}
-bool quick_read(const json& args) { return !is_set(args, "start_line") && !is_set(args, "line_count"); }
-bool quick_write(const json& args) {
+bool small_content(const json& args) {
   auto content = args.find("content");
-  bool small = content == args.end() || !content->is_string() ||
-               content->get_ref<const std::string&>().size() <= kQuickContentBytes;
-  return small && !is_set(args, "sync");
+  return content == args.end() || !content->is_string() ||
+         content->get_ref<const std::string&>().size() <= kQuickContentBytes;
 }
-bool not_recursive(const json& args) { return !is_set(args, "recursive"); }
-bool always(const json&) { return true; }
 
 void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method, milliseconds timeout,
-               Formatter format, Quick quick = nullptr) {
+               Formatter format) {
   Registry::RunInline run_inline;
-  if (quick && services.sandboxes_ready)
-    run_inline = [ready = services.sandboxes_ready, quick](const json& args) { return quick(args) && ready(); };
+  if (services.sandboxes_ready)
+    run_inline = [ready = services.sandboxes_ready, method](const json& args) {
+      return sandbox::quick_file_call(method, args) && small_content(args) && ready();
+    };
   registry.add(
       tool,
       [services, method, timeout, format](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
@@ -119,11 +112,11 @@ void register_file_tools(Registry& registry, const Services& services) {
   bind_tool(registry, services, "file_read", "file.read", normal, [](json r) {
     std::string text = read_text(r);
     return ToolResult::ok(std::move(r), std::move(text));
-  }, quick_read);
+  });
   bind_tool(registry, services, "file_write", "file.write", normal, [](const json& r) {
     return ToolResult::ok(r, "Wrote " + num(r, "bytes_written") + " bytes to " + str(r, "path") + " (size now " +
                                  num(r, "size") + ")");
-  }, quick_write);
+  });
   bind_tool(registry, services, "file_edit", "file.edit", normal, [](const json& r) {
     std::uint64_t n = r.value("replacements", std::uint64_t{0});
     return ToolResult::ok(r, "Replaced " + std::to_string(n) + (n == 1 ? " occurrence" : " occurrences") + " in " +
@@ -132,13 +125,13 @@ void register_file_tools(Registry& registry, const Services& services) {
   bind_tool(registry, services, "file_list", "file.list", long_walk,
             [](const json& r) { return ToolResult::ok(r, list_text(r)); });
   bind_tool(registry, services, "file_stat", "file.stat", normal,
-            [](const json& r) { return ToolResult::ok(r, stat_text(r)); }, always);
+            [](const json& r) { return ToolResult::ok(r, stat_text(r)); });
   bind_tool(registry, services, "file_mkdir", "file.mkdir", normal, [](const json& r) {
     return ToolResult::ok(r, (r.value("created", false) ? "Created directory " : "Directory already exists: ") + str(r, "path"));
-  }, always);
+  });
   bind_tool(registry, services, "file_delete", "file.delete", long_walk, [](const json& r) {
     return ToolResult::ok(r, "Deleted " + str(r, "path") + " (" + num(r, "entries") + " entries)");
-  }, not_recursive);
+  });
   bind_tool(registry, services, "file_move", "file.move", long_walk,
             [](const json& r) { return ToolResult::ok(r, "Moved " + str(r, "from") + " to " + str(r, "to")); });
   bind_tool(registry, services, "file_search", "file.search", long_walk,
