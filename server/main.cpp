@@ -67,7 +67,8 @@ int serve(const std::vector<std::string>& args) {
   std::unique_ptr<server::Recorder> recorder;
   if (!options->record_file.empty()) recorder = std::make_unique<server::Recorder>(options->record_file);
 
-  server::StdioTransport transport(STDIN_FILENO, STDOUT_FILENO, options->max_line_bytes, recorder.get());
+  server::StdioTransport transport(STDIN_FILENO, STDOUT_FILENO, options->max_line_bytes, recorder.get(),
+                                  std::chrono::microseconds(options->spin_us));
   sandbox::ManagerOptions sandbox_options;
   sandbox_options.state_dir = options->state_dir;
   sandbox_options.network_host = options->network == "host";

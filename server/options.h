@@ -23,6 +23,7 @@ struct ServeOptions {
   std::string log_level = "info";
   std::size_t max_line_bytes = 16 * 1024 * 1024;
   std::size_t workers = 4;
+  std::size_t spin_us = 200;  // stdin is polled this long without sleeping in a burst of requests; 0 = never
   bool test_tools = false;
   std::optional<double> cpus;     // CPU quota per sandbox in CPUs, 0 = none (default: all CPUs but one)
   std::string spare = "prepared";  // none | prepared | warm: what is ready for the next new conversation

@@ -7,6 +7,7 @@
 #include "server/dispatcher.h"
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -33,7 +34,10 @@ class Recorder {
 
 class StdioTransport : public Output {
  public:
-  StdioTransport(int in_fd, int out_fd, std::size_t max_line_bytes, Recorder* recorder);
+  // spin: how long the reader polls stdin without sleeping in a burst of
+  // requests before it blocks (0 = never; see InputWaiter in transport.cpp).
+  StdioTransport(int in_fd, int out_fd, std::size_t max_line_bytes, Recorder* recorder,
+                 std::chrono::microseconds spin = std::chrono::microseconds(0));
   ~StdioTransport() override;
 
   void send(const json& message) override;
@@ -47,6 +51,7 @@ class StdioTransport : public Output {
  private:
   int in_fd_;
   std::size_t max_line_;
+  std::chrono::microseconds spin_;
   rpc::LineWriter writer_;
   Recorder* recorder_;
   int wake_fd_;  // eventfd polled beside stdin
