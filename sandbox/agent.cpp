@@ -186,6 +186,7 @@ class AgentServer {
     });
     if (serve_here) {
       writer_.write_line(rpc::serialize(serve(*call, it->second)));
+      close_files_after_reply();
       return;
     }
     {
@@ -199,6 +200,7 @@ class AgentServer {
         active_.erase(call->id().dump());
       }
       writer_.write_line(rpc::serialize(reply));
+      close_files_after_reply();
     });
   }
 

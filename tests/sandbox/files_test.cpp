@@ -234,6 +234,49 @@ TEST_CASE("a concurrent reader never sees a partial write") {
   CHECK(out["stdout"] == "");
 }
 
+TEST_CASE("a new file appears whole: a concurrent reader never sees it half written") {
+  SandboxFixture f;
+  const std::size_t size = 256 * 1024;
+  f.call("file.mkdir", {{"path", "fresh"}});
+  // Any name the reader finds must already hold all its bytes (a file created
+  // in place and then written would be seen short).
+  auto p = f.call("process.start",
+                  {{"command", "while :; do for n in fresh/*; do [ -f \"$n\" ] || continue; c=$(<\"$n\"); "
+                               "[ ${#c} -eq " + std::to_string(size) + " ] || echo SHORT $n ${#c}; done; done"}});
+  for (int i = 0; i < 40; ++i) write(f, "fresh/f" + std::to_string(i), std::string(size, 'N'));
+  auto out = f.call("process.output", {{"process_id", p["process_id"]}});
+  f.call("process.kill", {{"process_id", p["process_id"]}, {"signal", "SIGKILL"}});
+  CHECK(out["stdout"] == "");
+  CHECK(f.exec("ls -A fresh | wc -l")["stdout"] == "40\n");  // and nothing else: no temporary names left
+  CHECK(f.call("file.stat", {{"path", "fresh/f7"}})["mode"] == "0644");
+  CHECK(code_of(f, "file.write", {{"path", "fresh/f7"}, {"content", "x"}, {"mode", "create"}}) == codes::kFileExists);
+  CHECK(f.call("file.stat", {{"path", "fresh/f7"}})["size"] == size);
+}
+
+TEST_CASE("replaced files are released after the reply: no descriptor is kept") {
+  SandboxFixture f;
+  // The agent is pid 1 in the sandbox and runs as the commands' user.
+  auto open_fds = [&f] { return std::stoi(f.exec("ls /proc/1/fd | wc -l")["stdout"].get<std::string>()); };
+  write(f, "churn.txt", "0");
+  int before = open_fds();
+  for (int i = 0; i < 300; ++i) write(f, "churn.txt", std::to_string(i) + std::string(5000, 'c'));
+  for (int i = 0; i < 20; ++i)
+    f.call("file.edit", {{"path", "churn.txt"}, {"old_string", i % 2 ? "d" : "c"}, {"new_string", i % 2 ? "c" : "d"}, {"replace_all", true}});
+  int after = before + 1000;
+  for (int tries = 0; tries < 50 && after > before + 2; ++tries) {
+    after = open_fds();
+    if (after > before + 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(after <= before + 2);
+  // A reader that opened the old file keeps reading the old content.
+  auto p = f.call("process.start", {{"command", "exec 3<churn.txt; read -r line <&3; sleep 0.5; echo ${#line}"}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  write(f, "churn.txt", "short\n");
+  f.call("process.wait", {{"process_id", p["process_id"]}, {"timeout_ms", 10000}});
+  CHECK(f.call("process.output", {{"process_id", p["process_id"]}})["stdout"] == "5003\n");  // "299" and 5000 c
+  CHECK(f.call("file.read", {{"path", "churn.txt"}})["content"] == "short\n");
+}
+
 TEST_CASE("edits: unique, absent, ambiguous, replace_all, diff") {
   SandboxFixture f;
   write(f, "e.py", "def a():\n    return 1\n\ndef b():\n    return 1\n\ndef c():\n    return 1\n");
