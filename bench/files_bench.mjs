@@ -8,7 +8,11 @@
 //   3. 1 MiB text file read, MiB/s (agentbox: file_read with length 1 MiB;
 //      the peer: read_text_file, whole file in one call);
 //   4. (no target) agentbox's file_stat call rate against the same client's
-//      ping rate: what the server and the sandbox hop add to a call.
+//      ping rate: what the server and the sandbox hop add to a call;
+//   5. (no target) CPU time per small-file call of each server's processes
+//      (the server and everything it started: for agentbox the sandbox's
+//      bwrap and agent too), over rows 1 and 2: the price of agentbox's
+//      stdin spin (docs/files.md) shows here.
 // agentbox runs every call inside its bwrap sandbox; the peer runs
 // unsandboxed on a host directory. Targets: ≥5x the peer's call rate, ≥ its
 // throughput.
@@ -16,7 +20,7 @@
 //        [--json] [--quick]
 // The peer is installed (pinned) into bench/.cache/files, git-ignored.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -55,7 +59,9 @@ function installPeer() {
 
 async function connect(command, args) {
   const client = new Client({ name: 'files-bench', version: '1' });
-  await client.connect(new StdioClientTransport({ command, args, stderr: 'ignore' }));
+  const transport = new StdioClientTransport({ command, args, stderr: 'ignore' });
+  await client.connect(transport);
+  client.pid = transport.pid;
   return client;
 }
 
@@ -66,22 +72,45 @@ async function call(client, name, args) {
 }
 
 // The two servers as the same three operations.
-function agentbox(client) {
+function agentbox(client, pid) {
   return {
     name: 'agentbox',
+    pid,
+    cpu: { ms: 0, calls: 0 },
     write: (path, content) => call(client, 'file_write', { path: `/workspace/${path}`, content }),
     read: async (path) => (await call(client, 'file_read', { path: `/workspace/${path}`, length: 1 << 20 })).structuredContent.content,
   };
 }
-function peer(client, dir) {
+function peer(client, dir, pid) {
   return {
     name: 'server-filesystem',
+    pid,
+    cpu: { ms: 0, calls: 0 },
     write: (path, content) => call(client, 'write_file', { path: join(dir, path), content }),
     read: async (path) => (await call(client, 'read_text_file', { path: join(dir, path) })).content[0].text,
   };
 }
 
+// CPU time (ms) of a process and all its descendants, from /proc (clock
+// ticks of 10 ms: measured over whole rounds, not single calls).
+function treeCpuMs(pid) {
+  let ticks = 0;
+  const visit = (p) => {
+    try {
+      const fields = readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);  // utime, stime
+      for (const task of readdirSync(`/proc/${p}/task`)) {
+        const kids = readFileSync(`/proc/${p}/task/${task}/children`, 'utf8').trim();
+        if (kids) kids.split(' ').forEach((k) => visit(Number(k)));
+      }
+    } catch { /* exited meanwhile */ }
+  };
+  visit(pid);
+  return ticks * 10;
+}
+
 async function roundTrips(server, prefix, n, sameFile) {
+  const cpuBefore = treeCpuMs(server.pid);
   const body = 'x'.repeat(90) + '\n';
   const started = performance.now();
   for (let i = 0; i < n; i++) {
@@ -90,6 +119,8 @@ async function roundTrips(server, prefix, n, sameFile) {
     const back = await server.read(path);
     if (!back.startsWith(`${i} `)) throw new Error(`${server.name} read back the wrong content`);
   }
+  server.cpu.ms += treeCpuMs(server.pid) - cpuBefore;
+  server.cpu.calls += 2 * n;
   return (2 * n) / ((performance.now() - started) / 1000);  // calls per second
 }
 
@@ -110,7 +141,7 @@ async function main() {
   const ours = await connect(BIN, ['serve', '--state-dir', join(state, 'state')]);
   const theirs = await connect(process.execPath, [entry, dir]);
   try {
-    const a = agentbox(ours), p = peer(theirs, dir);
+    const a = agentbox(ours, ours.pid), p = peer(theirs, dir, theirs.pid);
     const big = 'abcdefghijklmnopqrstuvwxyz0123456789\n'.repeat(Math.ceil((1 << 20) / 37)).slice(0, 1 << 20);
     for (const s of [a, p]) {
       await s.write('big.txt', big);           // also starts agentbox's sandbox
@@ -146,11 +177,13 @@ async function main() {
       { name: 'small-file write+read, one file overwritten (calls/s)', agentbox: best.a[1], baseline: best.p[1], target: 5 },
       { name: '1 MiB text read (MiB/s)', agentbox: best.a[2], baseline: best.p[2], target: 1 },
       { name: 'file_stat call vs ping, same client (calls/s; the hop, no filesystem work)', agentbox: stat, baseline: ping },
+      { name: 'CPU per small-file call, server + sandbox processes (us; lower is better)',
+        agentbox: (1000 * a.cpu.ms) / a.cpu.calls, baseline: (1000 * p.cpu.ms) / p.cpu.calls },
     ].map((r) => ({
       ...r,
       agentbox: Number(r.agentbox.toFixed(1)),
       baseline: Number(r.baseline.toFixed(1)),
-      unit: r.name.includes('MiB/s') ? 'MiB/s' : 'calls/s',
+      unit: r.name.includes('MiB/s') ? 'MiB/s' : r.name.startsWith('CPU') ? 'us' : 'calls/s',
       ratio: Number((r.agentbox / r.baseline).toFixed(2)),
       target: r.target ? `>=${r.target}x` : '',
       met: r.target ? r.agentbox / r.baseline >= r.target : undefined,
