@@ -6,18 +6,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <fcntl.h>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <string>
+#include <sys/resource.h>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
 #include <utility>
 #include <vector>
-#include <sys/resource.h>
-#include <unistd.h>
 
 namespace agentbox::sandbox {
 
@@ -353,7 +354,8 @@ constexpr std::size_t kMaxHeldFiles = 16;
 // Closes descriptors on a thread of its own, started on first use and never
 // stopped (the process's exit closes what is left). At most kMaxPending wait:
 // beyond that the caller closes its own, so a disk slower than the writes
-// holds up the writes instead of piling up descriptors.
+// holds up the writes instead of piling up descriptors. (Waking it per file
+// measured better than batching or SCHED_IDLE, docs/files.md "Writing".)
 class Closer {
  public:
   static Closer& instance() {
@@ -364,13 +366,18 @@ class Closer {
   void close_later(std::vector<int>& fds) {
     {
       std::lock_guard lock(mutex_);
-      if (pending_.size() + fds.size() <= kMaxPending) {
-        pending_.insert(pending_.end(), fds.begin(), fds.end());
-        fds.clear();
-        if (!started_) {
+      if (!started_) {
+        // The sandbox's process limit may be used up by its commands: then
+        // the writer closes its own, as when the queue is full.
+        try {
           std::thread([this] { run(); }).detach();
           started_ = true;
+        } catch (const std::system_error&) {
         }
+      }
+      if (started_ && pending_.size() + fds.size() <= kMaxPending) {
+        pending_.insert(pending_.end(), fds.begin(), fds.end());
+        fds.clear();
       }
     }
     if (fds.empty()) {

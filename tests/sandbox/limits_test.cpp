@@ -40,6 +40,29 @@ TEST_CASE("a fork bomb is contained and the other sandbox carries on") {
   CHECK(std::stoi(after["stdout"].get<std::string>().substr(10)) < 10);
 }
 
+TEST_CASE("file writes carry on while the sandbox's process slots are all taken") {
+  SandboxFixture f(small_limits());
+  f.call("file.write", {{"path", "kept.txt"}, {"content", "old"}});
+  // Sleepers until fork fails: the slots stay taken (a fork bomb frees and
+  // retakes them).
+  // (Python: bash retries a failed fork for seconds.)
+  auto filler = f.call("process.start", {{"command", "exec python3 -c '\nimport os, time\nwhile True:\n"
+                                                     "    try: pid = os.fork()\n    except OSError: break\n"
+                                                     "    if pid == 0: time.sleep(60); os._exit(0)\n"
+                                                     "print(\"full\", flush=True); time.sleep(60)'"}});
+  json out;
+  for (int i = 0; i < 100 && (out = f.call("process.output", {{"process_id", filler["process_id"]}}))["stdout"] == ""; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(out["stdout"] == "full\n");
+  // The first overwrite in this agent would start its closing thread, which
+  // cannot be created now: the old file is closed on the spot instead.
+  CHECK(f.call("file.write", {{"path", "kept.txt"}, {"content", "new"}})["created"] == false);
+  CHECK(f.call("file.read", {{"path", "kept.txt"}})["content"] == "new");
+  f.call("process.kill", {{"process_id", filler["process_id"]}, {"signal", "SIGKILL"}});
+  CHECK(f.call("file.write", {{"path", "kept.txt"}, {"content", "newer"}})["created"] == false);
+  CHECK(f.exec("cat kept.txt")["stdout"] == "newer");
+}
+
 TEST_CASE("a memory bomb is stopped inside its sandbox") {
   SandboxFixture f(small_limits());
   if (!f.manager->cgroups().has_memory)
