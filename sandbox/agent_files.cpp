@@ -9,10 +9,12 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <sys/resource.h>
 #include <system_error>
 #include <thread>
@@ -62,15 +64,12 @@ class BlockFileSizeSignal {
   sigset_t set_, old_;
 };
 
-// The agent's own limit, set once at its start (apply_rlimits in agent.cpp)
-// before it serves anything; commands cannot change it.
+// Read at each call: a command running as the agent's user may lower it
+// (prlimit --pid 1).
 std::uint64_t max_file_bytes() {
-  static const std::uint64_t max = [] {
-    rlimit limit;
-    if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) return static_cast<std::uint64_t>(limit.rlim_cur);
-    return UINT64_MAX;
-  }();
-  return max;
+  rlimit limit;
+  if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) return limit.rlim_cur;
+  return UINT64_MAX;
 }
 
 // Up to n bytes from offset. The buffer starts at what the file holds (n is
@@ -271,10 +270,22 @@ void fsync_directory(const std::string& dir) {
   }
 }
 
+// 0666 less the agent's umask (set once at its start), read from
+// /proc/self/status: umask(2) reads only by setting, and a change, even for
+// an instant, would apply to files other threads create and to commands they
+// spawn meanwhile.
 mode_t default_file_mode() {
-  mode_t mask = umask(0);
-  umask(mask);
-  return 0666 & ~mask;
+  static const mode_t mode = [] {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    std::string_view status(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    std::size_t at = status.find("\nUmask:");
+    if (at == std::string_view::npos) return static_cast<mode_t>(0644);
+    return static_cast<mode_t>(0666 & ~std::strtoul(buf + at + 7, nullptr, 8));
+  }();
+  return mode;
 }
 
 // A new file, written unnamed (O_TMPFILE) in its directory and linked in
@@ -449,7 +460,9 @@ json file_write(const json& params, const FileEnv& env) {
   // is sent, so that a replaced file's blocks are freed after it.
   Fd old(open(target.c_str(), O_PATH | O_CLOEXEC));
   struct stat st;
-  bool exists = old.fd >= 0 && fstat(old.fd, &st) == 0;
+  // Any failure but ENOENT (EMFILE, say) is asked again without a
+  // descriptor, as before: an existing file must not pass for a new one.
+  bool exists = old.fd >= 0 ? fstat(old.fd, &st) == 0 : errno != ENOENT && stat(target.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw SandboxError(codes::kIsDirectory, path + " is a directory");
   if (exists && mode == "create")
     throw SandboxError(codes::kFileExists, path + " already exists; use mode \"overwrite\" to replace it");
@@ -470,7 +483,10 @@ json file_write(const json& params, const FileEnv& env) {
 
   if (mode == "append") {
     // Only an append can pass the size limit: the file may have grown since
-    // the stat. A new file holds just `data`, checked above.
+    // the stat. A new file holds just `data`, checked above (should a command
+    // lower the limit in between, the write fails with EFBIG: SIGXFSZ's
+    // default action does not apply to the agent, its PID namespace's init
+    // under bwrap --as-pid-1).
     BlockFileSizeSignal guard;
     // O_NONBLOCK: a FIFO swapped in since the stat must not hang the agent.
     Fd fd(open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666));

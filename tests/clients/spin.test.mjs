@@ -2,7 +2,8 @@
 // burst (--spin-us, default 200 µs; InputWaiter in server/transport.cpp).
 // These tests pin down when it spins and what it must not cost: it spins in
 // a burst, not between calls further apart than the spin, not once a burst
-// has ended, and never with --spin-us 0.
+// has ended, and never with --spin-us 0. (The default's gain is measured by
+// bench/files_bench.mjs, not here.)
 //
 // The reader is the server's main thread. Whether it slept between two
 // requests shows in its voluntary context switches (it sleeps in poll); its
@@ -51,23 +52,25 @@ if (CPUS < 2)
   console.error(`spin.test: only ${CPUS} CPU here, where the server never spins; ` +
                 'the spinning half of these tests cannot run and is reported as skipped');
 
+// A 2 ms spin, not the default 200 µs: the test is of the rule, and a slow
+// or loaded machine takes longer than 200 µs for many a ping round trip.
 test('a burst of requests is read without sleeping; a pause ends the spin at once', { timeout: 60_000, skip: CPUS < 2 && 'needs 2 CPUs' },
-  withServer([], async ({ client }, pid) => {
+  withServer(['--spin-us', '2000'], async ({ client }, pid) => {
     await burst(client)();  // warm up the client
     const hot = await measure(pid, burst(client));
     // Spinning, the reader finds nearly every request already there.
     assert.ok(hot.sleeps < BURST / 2, `the reader slept ${hot.sleeps} times in a burst of ${BURST} pings`);
 
-    // Calls 4 ms apart are not a burst: the reader sleeps for each and costs
-    // no spin (a spin per call would be >= 200 µs of CPU each).
+    // Calls 10 ms apart are not a burst: the reader sleeps for each and costs
+    // no spin (a spin per call would be 2 ms of CPU each).
     const sparse = await measure(pid, async () => {
       for (let i = 0; i < 50; i++) {
-        await sleep(4);
+        await sleep(10);
         await client.ping();
       }
     });
-    assert.ok(sparse.sleeps >= 45, `the reader slept only ${sparse.sleeps} times for 50 pings 4 ms apart`);
-    assert.ok(sparse.runMs < 50 * 0.15, `the reader used ${sparse.runMs.toFixed(2)} ms of CPU for 50 pings 4 ms apart`);
+    assert.ok(sparse.sleeps >= 45, `the reader slept only ${sparse.sleeps} times for 50 pings 10 ms apart`);
+    assert.ok(sparse.runMs < 50 * 0.5, `the reader used ${sparse.runMs.toFixed(2)} ms of CPU for 50 pings 10 ms apart`);
 
     // Idle after a burst: no CPU at all beyond the one spin that ends it.
     await burst(client)();

@@ -240,13 +240,20 @@ TEST_CASE("a new file appears whole: a concurrent reader never sees it half writ
   f.call("file.mkdir", {{"path", "fresh"}});
   // Any name the reader finds must already hold all its bytes (a file created
   // in place and then written would be seen short).
+  // And no temporary name ever shows (new files are linked in from an
+  // unnamed O_TMPFILE file; the named fallback would show now and then).
   auto p = f.call("process.start",
-                  {{"command", "while :; do for n in fresh/*; do [ -f \"$n\" ] || continue; c=$(<\"$n\"); "
+                  {{"command", "echo started; shopt -s dotglob; while :; do for n in fresh/*; do [ -f \"$n\" ] || continue; "
+                               "case $n in *agentbox-write*) echo TEMP $n; continue;; esac; c=$(<\"$n\"); "
                                "[ ${#c} -eq " + std::to_string(size) + " ] || echo SHORT $n ${#c}; done; done"}});
+  json out;
+  for (int i = 0; i < 200 && (out = f.call("process.output", {{"process_id", p["process_id"]}}))["stdout"] == ""; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(out["stdout"] == "started\n");
   for (int i = 0; i < 40; ++i) write(f, "fresh/f" + std::to_string(i), std::string(size, 'N'));
-  auto out = f.call("process.output", {{"process_id", p["process_id"]}});
+  out = f.call("process.output", {{"process_id", p["process_id"]}});
   f.call("process.kill", {{"process_id", p["process_id"]}, {"signal", "SIGKILL"}});
-  CHECK(out["stdout"] == "");
+  CHECK(out["stdout"] == "started\n");
   CHECK(f.exec("ls -A fresh | wc -l")["stdout"] == "40\n");  // and nothing else: no temporary names left
   CHECK(f.call("file.stat", {{"path", "fresh/f7"}})["mode"] == "0644");
   CHECK(code_of(f, "file.write", {{"path", "fresh/f7"}, {"content", "x"}, {"mode", "create"}}) == codes::kFileExists);
@@ -269,11 +276,15 @@ TEST_CASE("replaced files are released after the reply: no descriptor is kept") 
   }
   CHECK(after <= before + 2);
   // A reader that opened the old file keeps reading the old content.
-  auto p = f.call("process.start", {{"command", "exec 3<churn.txt; read -r line <&3; sleep 0.5; echo ${#line}"}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto p = f.call("process.start",
+                  {{"command", "exec 3<churn.txt; echo opened; read -r line <&3; sleep 0.5; echo ${#line}"}});
+  json opened;
+  for (int i = 0; i < 200 && (opened = f.call("process.output", {{"process_id", p["process_id"]}}))["stdout"] == ""; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(opened["stdout"] == "opened\n");
   write(f, "churn.txt", "short\n");
   f.call("process.wait", {{"process_id", p["process_id"]}, {"timeout_ms", 10000}});
-  CHECK(f.call("process.output", {{"process_id", p["process_id"]}})["stdout"] == "5003\n");  // "299" and 5000 c
+  CHECK(f.call("process.output", {{"process_id", p["process_id"]}})["stdout"] == "opened\n5003\n");  // "299" and 5000 c
   CHECK(f.call("file.read", {{"path", "churn.txt"}})["content"] == "short\n");
 }
 
