@@ -246,12 +246,9 @@ TEST_CASE("a new file appears whole: a concurrent reader never sees it half writ
                   {{"command", "echo started; shopt -s dotglob; while :; do for n in fresh/*; do [ -f \"$n\" ] || continue; "
                                "case $n in *agentbox-write*) echo TEMP $n; continue;; esac; c=$(<\"$n\"); "
                                "[ ${#c} -eq " + std::to_string(size) + " ] || echo SHORT $n ${#c}; done; done"}});
-  json out;
-  for (int i = 0; i < 200 && (out = f.call("process.output", {{"process_id", p["process_id"]}}))["stdout"] == ""; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(out["stdout"] == "started\n");
+  REQUIRE(f.call("process.output", {{"process_id", p["process_id"]}, {"pattern", "started"}, {"wait_ms", 10000}})["matched"] == true);
   for (int i = 0; i < 40; ++i) write(f, "fresh/f" + std::to_string(i), std::string(size, 'N'));
-  out = f.call("process.output", {{"process_id", p["process_id"]}});
+  auto out = f.call("process.output", {{"process_id", p["process_id"]}});
   f.call("process.kill", {{"process_id", p["process_id"]}, {"signal", "SIGKILL"}});
   CHECK(out["stdout"] == "started\n");
   CHECK(f.exec("ls -A fresh | wc -l")["stdout"] == "40\n");  // and nothing else: no temporary names left
@@ -278,10 +275,7 @@ TEST_CASE("replaced files are released after the reply: no descriptor is kept") 
   // A reader that opened the old file keeps reading the old content.
   auto p = f.call("process.start",
                   {{"command", "exec 3<churn.txt; echo opened; read -r line <&3; sleep 0.5; echo ${#line}"}});
-  json opened;
-  for (int i = 0; i < 200 && (opened = f.call("process.output", {{"process_id", p["process_id"]}}))["stdout"] == ""; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(opened["stdout"] == "opened\n");
+  REQUIRE(f.call("process.output", {{"process_id", p["process_id"]}, {"pattern", "opened"}, {"wait_ms", 10000}})["matched"] == true);
   write(f, "churn.txt", "short\n");
   f.call("process.wait", {{"process_id", p["process_id"]}, {"timeout_ms", 10000}});
   CHECK(f.call("process.output", {{"process_id", p["process_id"]}})["stdout"] == "opened\n5003\n");  // "299" and 5000 c
