@@ -4,10 +4,15 @@
 
 namespace agentbox::sandbox {
 
-double default_cpu_quota() {
+int usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return n > 0 ? n : 1;
+}
+
+double default_cpu_quota() {
+  int n = usable_cpus();
   return n > 1 ? n - 1 : 1;
 }
 

@@ -11,6 +11,9 @@
 
 namespace agentbox::sandbox {
 
+// The CPUs this process may run on (its affinity mask), at least one.
+int usable_cpus();
+
 // All the CPUs this process may run on but one, at least one: the default
 // CPU quota of a sandbox.
 double default_cpu_quota();

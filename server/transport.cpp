@@ -1,5 +1,7 @@
 #include "server/transport.h"
 
+#include "sandbox/limits.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
@@ -7,7 +9,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>  // sched_getaffinity
 #include <stdexcept>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -81,7 +82,7 @@ using Clock = std::chrono::steady_clock;
 class InputWaiter {
  public:
   InputWaiter(int in, int wake, std::chrono::microseconds spin)
-      : fds_{{in, POLLIN, 0}, {wake, POLLIN, 0}}, spin_(online_cpus() > 1 ? spin : std::chrono::microseconds(0)) {}
+      : fds_{{in, POLLIN, 0}, {wake, POLLIN, 0}}, spin_(sandbox::usable_cpus() > 1 ? spin : std::chrono::microseconds(0)) {}
 
   bool wait() {
     auto start = Clock::now();
@@ -100,11 +101,6 @@ class InputWaiter {
   }
 
  private:
-  static int online_cpus() {
-    cpu_set_t set;
-    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  }
-
   pollfd fds_[2];
   std::chrono::microseconds spin_;
   bool burst_ = false;
