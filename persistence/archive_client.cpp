@@ -12,6 +12,7 @@
 // server killed with -9 leaves no helper running: what it leaves is a .tmp-*
 // archive or a .restore-* directory, which recovery removes as before.
 #include "persistence/archive.h"
+#include "persistence/child_lines.h"
 
 #include <cerrno>
 #include <csignal>
@@ -29,8 +30,6 @@ namespace agentbox::persistence {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string errno_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 fs::path helper_path() {
   if (const char* env = std::getenv("AGENTBOX_ARCHIVE_HELPER"); env && *env) return env;
@@ -86,27 +85,11 @@ std::string run_helper(const std::vector<std::string>& args, const std::function
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
   };
-  std::string pending, final_line;
-  char buf[4096];
+  std::string final_line;
   try {
-    // Up to the helper's last line, not to EOF: a process forked meanwhile by
-    // another thread of the server may hold the pipe's write end open.
-    while (final_line.empty()) {
-      ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      pending.append(buf, static_cast<std::size_t>(n));
-      std::size_t nl;
-      while (final_line.empty() && (nl = pending.find('\n')) != std::string::npos) {
-        std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (line.rfind("P ", 0) == 0) {
-          if (on_progress) on_progress(line.c_str() + 2);
-        } else if (line.rfind("OK", 0) == 0 || line.rfind("ERR ", 0) == 0) {
-          final_line = line;
-        }
-      }
-    }
+    final_line = read_child_lines(fds[0], on_progress, [](const std::string& line) {
+      return line.rfind("OK", 0) == 0 || line.rfind("ERR ", 0) == 0;
+    });
   } catch (...) {  // a progress callback threw
     kill(pid, SIGKILL);
     reap();

@@ -17,6 +17,7 @@
 // stream for the peer even when a process forked meanwhile by another thread
 // inherited a copy of the descriptor (which would hold a pipe open).
 #include "persistence/archive_local.h"
+#include "persistence/child_lines.h"
 #include "persistence/sha256.h"
 
 #include <archive.h>
@@ -433,29 +434,14 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
     feeding.join();
     close(feeder.out);
   };
-  std::string pending, final_line;
-  char buf[4096];
+  std::string final_line;
   try {
-    // Up to the child's last line, not to EOF: a process forked meanwhile by
-    // another thread may hold the pipe's write end open.
-    while (final_line.empty()) {
-      ssize_t n = ::read(pipe_fds[0], buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      pending.append(buf, static_cast<std::size_t>(n));
-      std::size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (line.rfind("P ", 0) == 0) {
-          unsigned long long files = 0;
-          std::sscanf(line.c_str() + 2, "%llu", &files);
-          if (options.progress) options.progress({feeder.source.read.load(), files, total});
-        } else {
-          final_line = line;
-        }
-      }
-    }
+    auto progress = [&](const char* text) {
+      unsigned long long files = 0;
+      std::sscanf(text, "%llu", &files);
+      if (options.progress) options.progress({feeder.source.read.load(), files, total});
+    };
+    final_line = read_child_lines(pipe_fds[0], progress, [](const std::string&) { return true; });
   } catch (...) {  // a progress callback threw: stop the child first
     kill(pid, SIGKILL);
     stop();

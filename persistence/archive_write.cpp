@@ -1,5 +1,6 @@
 // Snapshot writing: tree walk → pax entries → zstd → temporary file.
 #include "persistence/archive_local.h"
+#include "persistence/child_lines.h"
 #include "persistence/sha256.h"
 
 #include <archive.h>
@@ -25,8 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kBlock = 1 << 20;
-
-std::string errno_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 struct FdCloser {
   int fd = -1;

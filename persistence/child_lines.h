@@ -1,0 +1,45 @@
+// What both ends of a snapshot operation share: the server reading the
+// helper's reports (archive_client.cpp) and the helper reading its extracting
+// child's (archive_read.cpp). Each child writes progress lines "P <text>" and
+// then one last line.
+#pragma once
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <unistd.h>
+
+namespace agentbox::persistence {
+
+inline std::string errno_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+// Reads lines from fd up to the child's last line, the first that is_final
+// accepts, and returns it ("" if the pipe ends first); each "P " line goes to
+// on_progress (the text after "P "), other lines are skipped. Up to the last
+// line, not to EOF: a process forked meanwhile by another thread may hold
+// the pipe's write end open. What on_progress throws propagates: the caller
+// kills and reaps the child.
+inline std::string read_child_lines(int fd, const std::function<void(const char*)>& on_progress,
+                                    const std::function<bool(const std::string&)>& is_final) {
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return "";
+    pending.append(buf, static_cast<std::size_t>(n));
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      if (line.rfind("P ", 0) == 0) {
+        if (on_progress) on_progress(line.c_str() + 2);
+      } else if (is_final(line)) {
+        return line;
+      }
+    }
+  }
+}
+
+}  // namespace agentbox::persistence
