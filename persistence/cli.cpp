@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace agentbox::persistence {
@@ -143,6 +144,21 @@ int snapshot_show(State& st, const Args& args) {
   return ok ? 0 : 1;
 }
 
+// Who the restored files must belong to: as root, the sandbox's uid (the
+// server chowns the sandbox's directories to it and restores as it; files
+// left root's would be read-only to the sandbox), learned from the
+// directories the server made, else its default (65534). Otherwise the
+// caller, as for the server.
+std::optional<std::pair<unsigned, unsigned>> sandbox_owner(const StateLayout& layout, const std::string& sandbox) {
+  if (geteuid() != 0) return std::nullopt;
+  fs::path dir = layout.sandbox(sandbox);
+  for (const auto& path : {dir / "workspace", dir / "home", dir}) {
+    struct stat s {};
+    if (stat(path.c_str(), &s) == 0 && s.st_uid != 0) return std::make_pair(s.st_uid, s.st_gid);
+  }
+  return std::make_pair(65534u, 65534u);
+}
+
 int snapshot_restore(State& st, const Args& args) {
   auto s = need_snapshot(*st.catalog, args);
   if (auto to = args.options.find("to"); to != args.options.end()) {
@@ -155,12 +171,19 @@ int snapshot_restore(State& st, const Args& args) {
     return 0;
   }
   auto lock = lock_or_fail(st.layout, s.sandbox);
+  auto before = st.catalog->find_sandbox(s.sandbox);
+  if (!before)
+    throw std::runtime_error("snapshot " + s.id + " belongs to sandbox " + s.sandbox +
+                             ", which the catalog no longer has; unpack it with --to DIR");
   st.catalog->set_state(s.sandbox, "restoring", s.id);
   SnapshotStore store(st.layout, *st.catalog);
   try {
-    store.restore(s, std::nullopt, progress_bar("restoring"));
+    store.restore(s, sandbox_owner(st.layout, s.sandbox), progress_bar("restoring"));
   } catch (...) {
-    st.catalog->set_state(s.sandbox, "stopped", s.id);
+    // A failed restore touches nothing live, so the sandbox is as it was.
+    // Not "stopped": that would make the next server's recovery delete live
+    // directories newer than any snapshot, then retry this archive.
+    st.catalog->set_state(s.sandbox, before->state, before->restore_snapshot);
     throw;
   }
   end_bar();
@@ -193,16 +216,39 @@ std::uint64_t tree_bytes(const fs::path& dir) {
   return total;
 }
 
+struct ShownState {
+  std::string state;
+  std::string note;  // why a stored state is shown as another, when a person should know
+};
+
+// The state as the design's vocabulary names what runs (docs/design.md
+// section 8), as sandbox_status reports it. The stored state says instead
+// which copy is the truth for recovery (catalog.h): "active" stays stored
+// for a workspace a server left on disk when it exited. A sandbox no server
+// drives runs nothing, so it is stopped, whatever step a crash cut short.
+ShownState shown_state(const SandboxRecord& sb, bool driven) {
+  if (driven) return {sb.state == "none" ? "starting" : sb.state, ""};
+  if (sb.state == "none") return {"none", ""};
+  if (sb.state == "active" || sb.state == "stopped") return {"stopped", ""};
+  return {"stopped", "sandbox " + sb.id + ": a server ended while it was " + sb.state +
+                         "; the next server to start on this state directory recovers it"};
+}
+
 int sandbox_list(State& st) {
   std::printf("%-13s %-24s %-12s %-8s %10s %9s\n", "SANDBOX", "CONVERSATION", "STATE", "SERVER", "LIVE", "SNAPSHOTS");
+  std::vector<std::string> notes;
   for (const auto& sb : st.catalog->sandboxes()) {
     SandboxLock probe;
     bool driven = !SandboxLock::acquire(st.layout.lock(sb.id), std::chrono::milliseconds(0), probe);
     std::string server = driven ? (sb.owner_pid ? std::to_string(sb.owner_pid) : "yes") : "-";
-    std::printf("%-13s %-24s %-12s %-8s %10s %9zu\n", sb.id.c_str(), sb.conversation.c_str(), sb.state.c_str(),
+    ShownState shown = shown_state(sb, driven);
+    if (!shown.note.empty()) notes.push_back(shown.note);
+    std::printf("%-13s %-24s %-12s %-8s %10s %9zu\n", sb.id.c_str(), sb.conversation.c_str(), shown.state.c_str(),
                 server.c_str(), human(tree_bytes(st.layout.sandbox(sb.id) / "workspace")).c_str(),
                 st.catalog->snapshots(sb.id).size());
   }
+  for (const auto& note : notes) std::printf("\n%s", note.c_str());
+  if (!notes.empty()) std::printf("\n");
   return 0;
 }
 
@@ -217,7 +263,10 @@ int sandbox_destroy(State& st, const Args& args) {
   std::error_code ec;
   fs::remove_all(st.layout.sandbox(sb->id), ec);
   if (keep) {
+    // As the server's destroy: the next sandbox starts empty, with neither the
+    // old sessions nor the processes the last teardown ended.
     st.catalog->save_sessions(sb->id, {});
+    st.catalog->set_lost_processes(sb->id, "[]");
     st.catalog->set_state(sb->id, "none");
   } else {
     SnapshotStore store(st.layout, *st.catalog);

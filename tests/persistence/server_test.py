@@ -5,48 +5,12 @@
 2. two servers on one state directory: the second waits, then SANDBOX_BUSY;
 3. kill -9 of the server at points during idle teardown and restore, then a
    restart: every file acknowledged before the kill is still there."""
-import json, os, random, shutil, subprocess, sys, tempfile, time
+import functools, os, random, shutil, sys, tempfile, time
 
-BIN = sys.argv[1]
+import agentbox_server
+from agentbox_server import check, error_code
 
-class Server:
-    def __init__(self, state, *args):
-        self.p = subprocess.Popen([BIN, "serve", "--state-dir", state, *args], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=open(state + ".log", "a"), text=True, bufsize=1)
-        self.n = 0
-        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-        self.p.stdout.readline()
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, m):
-        self.p.stdin.write(json.dumps(m) + "\n")
-        self.p.stdin.flush()
-
-    def call(self, name, args=None):
-        self.n += 1
-        self.send({"jsonrpc": "2.0", "id": self.n, "method": "tools/call", "params": {"name": name, "arguments": args or {}}})
-        while True:
-            m = json.loads(self.p.stdout.readline())
-            if m.get("id") == self.n:
-                return m["result"]
-
-    def exec(self, command):
-        r = self.call("exec", {"command": command})
-        assert not r["isError"], r
-        return r["structuredContent"]
-
-    def close(self):
-        start = time.time()
-        self.p.stdin.close()
-        self.p.wait(timeout=5)
-        return time.time() - start
-
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what)
-        sys.exit(1)
-    print("ok:", what)
+Server = functools.partial(agentbox_server.Server, sys.argv[1])
 
 root = tempfile.mkdtemp(prefix="agentbox-server-test-")
 os.chmod(root, 0o711)  # sandboxes run as an unprivileged uid when we are root
@@ -69,7 +33,7 @@ c = Server(state)
 start = time.time()
 r = c.call("exec", {"command": "true"})
 waited = time.time() - start
-check(r["isError"] and r["structuredContent"]["error"]["code"] == "SANDBOX_BUSY", "second server gets SANDBOX_BUSY")
+check(r["isError"] and error_code(r) == "SANDBOX_BUSY", "second server gets SANDBOX_BUSY")
 check(9 <= waited <= 13, "it waited about 10 s (%.1f s)" % waited)
 r = c.call("exec", {"command": "echo other", "conversation": "other"})
 check(not r["isError"], "the second server serves other conversations")
