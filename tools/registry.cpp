@@ -123,6 +123,13 @@ bool Registry::runs_inline(const std::string& name, const json& arguments) const
   return it != tools_.end() && it->second->run_inline && it->second->run_inline(arguments);
 }
 
+bool Registry::session_scoped(const std::string& name) const {
+  auto it = tools_.find(name);
+  if (it == tools_.end()) return false;
+  const json& schema = it->second->definition["inputSchema"];
+  return schema.contains("properties") && schema["properties"].contains("session");
+}
+
 std::vector<json> Registry::definitions() const {
   std::vector<json> out;
   out.reserve(tools_.size());

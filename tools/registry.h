@@ -45,6 +45,9 @@ class Registry {
   std::optional<ValidationError> validate(const Entry& tool, const json& arguments) const;
   const ToolFunction& function(const Entry& tool) const;
   bool runs_inline(const std::string& name, const json& arguments) const;
+  // True for tools that take a `session` argument: their calls run in
+  // arrival order within the conversation (docs/protocol.md, "Order").
+  bool session_scoped(const std::string& name) const;
   const json& definition(const Entry& tool) const;
 
  private:
