@@ -93,7 +93,7 @@ void Call::finish(json message, const char* outcome) {
   // destructor, cannot wait).
   if (!quiet_locked(Clock::now())) {
     if (auto self = weak_from_this().lock()) {
-      deferred_ = Deferred{std::move(message), std::move(text), outcome};
+      deferred_ = Deferred{std::move(message), std::move(text), outcome, Clock::now()};
       dispatcher_.defer(std::move(self));
       return;
     }
@@ -101,10 +101,15 @@ void Call::finish(json message, const char* outcome) {
   write_reply(std::move(message), text, outcome);
 }
 
-void Call::write_reply(json message, const std::string& text, const char* outcome) {
+void Call::write_reply(json message, const std::string& text, const char* outcome,
+                       std::optional<Clock::duration> waited) {
   dispatcher_.output_.send_serialized(message, text);
-  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
-  rpc_log()->info("--> {}({}) {} {} ms", method(), id().dump(), outcome, elapsed.count());
+  auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  if (waited)
+    rpc_log()->info("--> {}({}) {} {} ms (waited {} ms for the host to read progress)", method(), id().dump(), outcome,
+                    ms(Clock::now() - start_), ms(*waited));
+  else
+    rpc_log()->info("--> {}({}) {} {} ms", method(), id().dump(), outcome, ms(Clock::now() - start_));
   dispatcher_.finishing(-1);
 }
 
@@ -156,7 +161,7 @@ std::optional<Call::Clock::time_point> Call::pace(Clock::time_point now, bool fl
     if (!flush && !quiet_locked(now)) return now + std::chrono::milliseconds(1);
     Deferred reply = std::move(*deferred_);
     deferred_.reset();
-    write_reply(std::move(reply.message), reply.text, reply.outcome);
+    write_reply(std::move(reply.message), reply.text, reply.outcome, now - reply.since);
     return std::nullopt;
   }
   if (replied_ || cancelled()) return std::nullopt;

@@ -95,7 +95,9 @@ class Call : public std::enable_shared_from_this<Call> {
     std::string message;
   };
   void finish(json message, const char* outcome);
-  void write_reply(json message, const std::string& text, const char* outcome);
+  // waited: how long the reply waited for the host to read progress (logged).
+  void write_reply(json message, const std::string& text, const char* outcome,
+                   std::optional<Clock::duration> waited = std::nullopt);
   void send_progress_locked();
   // Called by the pacer: sends what is due; when the call wants the pacer
   // again, the time to come back.
@@ -122,6 +124,7 @@ class Call : public std::enable_shared_from_this<Call> {
     json message;
     std::string text;
     const char* outcome;
+    Clock::time_point since;
   };
   std::optional<Deferred> deferred_;  // a reply waiting for the host to read the last notification
   // Ordering.

@@ -69,10 +69,10 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
                                   registry_.runs_inline(name->get_ref<const std::string&>(), *arguments);
                          },
                          [this](const json& params) -> std::optional<std::string> {
-                           // Calls of session tools keep arrival order per conversation.
+                           // Calls of tools that run in a session keep arrival order per conversation.
                            auto name = params.is_object() ? params.find("name") : params.end();
                            if (name == params.end() || !name->is_string() ||
-                               !registry_.session_scoped(name->get_ref<const std::string&>()))
+                               !registry_.keeps_session_order(name->get_ref<const std::string&>()))
                              return std::nullopt;
                            static const json none = json::object();
                            auto arguments = params.find("arguments");

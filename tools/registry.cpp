@@ -15,6 +15,7 @@ struct Registry::Entry {
   valijson::Schema input_schema;
   ToolFunction function;
   Registry::RunInline run_inline;
+  bool session_order = false;
 };
 
 Registry::Registry() = default;
@@ -123,11 +124,15 @@ bool Registry::runs_inline(const std::string& name, const json& arguments) const
   return it != tools_.end() && it->second->run_inline && it->second->run_inline(arguments);
 }
 
-bool Registry::session_scoped(const std::string& name) const {
+void Registry::keep_session_order(const std::string& name) {
   auto it = tools_.find(name);
-  if (it == tools_.end()) return false;
-  const json& schema = it->second->definition["inputSchema"];
-  return schema.contains("properties") && schema["properties"].contains("session");
+  require(it != tools_.end(), name, "keep_session_order before add");
+  it->second->session_order = true;
+}
+
+bool Registry::keeps_session_order(const std::string& name) const {
+  auto it = tools_.find(name);
+  return it != tools_.end() && it->second->session_order;
 }
 
 std::vector<json> Registry::definitions() const {
