@@ -7,6 +7,7 @@
 // slow ones, bursts, output right before the exit, several in flight.
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
 
 import { startServer, tail } from './helpers.mjs';
 
@@ -66,6 +67,9 @@ describe('progress notifications through the SDK client', () => {
       }),
     );
 
+    // The server's request log (how long replies waited for the host to read
+    // progress), for the figures in docs/protocol.md.
+    if (process.env.PROGRESS_SERVER_LOG) writeFileSync(process.env.PROGRESS_SERVER_LOG, server.stderr());
     assert.ok(outcomes.length >= 300, `only ${outcomes.length} calls`);
     const unknown = errors.filter((e) => e.includes('unknown token')).length;
     assert.equal(
