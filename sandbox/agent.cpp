@@ -7,6 +7,7 @@
 #include "sandbox/agent_processes.h"
 #include "sandbox/agent_sessions.h"
 #include "sandbox/seccomp.h"
+#include "sandbox/session_queue.h"
 #include "sandbox/thread_cache.h"
 
 #include <csignal>
@@ -179,7 +180,10 @@ class AgentServer {
       return;
     }
     json id = request.id;
-    bool serve_here = quick(request, line_bytes);
+    // Calls naming a session take their place in its line here, as they are
+    // read; a quick call is served here only when its session has no line.
+    std::string session = ordering_session(request.method, request.params);
+    bool serve_here = quick(request, line_bytes) && (session.empty() || order_.idle(session));
     auto call = std::make_shared<AgentRequest>(id, std::move(request.params), [this, id](const std::string& method, json params) {
       params["request"] = id;
       writer_.write_line(rpc::serialize(rpc::make_notification(method, params)));
@@ -193,8 +197,11 @@ class AgentServer {
       std::lock_guard lock(mutex_);
       active_[id.dump()] = call;
     }
-    threads_.run([this, call, method = it->second] {
-      json reply = serve(*call, method);
+    std::shared_ptr<SessionQueue::Place> place;
+    if (!session.empty()) place = order_.enter(session);
+    threads_.run([this, call, method = it->second, place = std::move(place)]() mutable {
+      json reply = place ? serve_in_turn(*call, method, *place) : serve(*call, method);
+      place.reset();  // the next call of the session starts
       {
         std::lock_guard lock(mutex_);
         active_.erase(call->id().dump());
@@ -218,6 +225,16 @@ class AgentServer {
     return reply;
   }
 
+  static json serve_in_turn(AgentRequest& call, const AgentMethod& method, SessionQueue::Place& place) {
+    try {
+      place.wait(call);
+    } catch (const SandboxError& e) {
+      return rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+                                                   json{{"code", e.code()}}});
+    }
+    return serve(call, method);
+  }
+
   void cancel(const json& id) {
     std::shared_ptr<AgentRequest> call;
     {
@@ -236,6 +253,7 @@ class AgentServer {
   rpc::LineWriter writer_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<AgentRequest>> active_;
+  SessionQueue order_;
   ThreadCache threads_;
 };
 

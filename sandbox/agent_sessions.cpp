@@ -542,10 +542,10 @@ json Sessions::exec(AgentRequest& request) {
       run.last_flush = Clock::now();
     }
   }
-  return finish(*s, run, request);
+  return finish(*s, run);
 }
 
-json Sessions::finish(Session& s, Run& run, AgentRequest& request) {
+json Sessions::finish(Session& s, Run& run) {
   bool killed = run.timed_out || run.cancelled;
   if (killed) kill_tree(s.shell.reaper);
   if (run.shell_died || killed) {
@@ -562,10 +562,8 @@ json Sessions::finish(Session& s, Run& run, AgentRequest& request) {
   // Everything the command wrote before it ended is already in the FIFOs.
   bool out_open = pump(run.out_fd, run.out, nullptr, 16 << 20);
   bool err_open = pump(run.err_fd, run.err, nullptr, 16 << 20);
-  if (run.stream) {
-    flush_stream(request, run.pending_out, "stdout", run.streamed);
-    flush_stream(request, run.pending_err, "stderr", run.streamed);
-  }
+  // What is still pending goes in the reply only: a notification right before
+  // the reply is one a client may drop (docs/protocol.md, "Progress").
   // Background jobs may still hold the FIFOs: keep them drained.
   if (out_open) io_.drain(run.out_fd); else close(run.out_fd);
   if (err_open) io_.drain(run.err_fd); else close(run.err_fd);

@@ -58,7 +58,7 @@ class Sessions {
                                const std::map<std::string, std::string>& env);
   void start_shell(Session& session);
   void stop_shell(Session& session);
-  json finish(Session& session, Run& run, AgentRequest& request);
+  json finish(Session& session, Run& run);
   // Reads the shell's report pipe: exit code and cwd tokens go to report,
   // save markers are counted off. False at EOF or error.
   bool read_report(Session& session, std::string& report);

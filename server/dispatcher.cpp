@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 namespace agentbox::server {
 
 namespace {
@@ -27,6 +29,7 @@ Call::Call(Dispatcher& dispatcher, rpc::Request request, RequestMeta meta)
       start_(std::chrono::steady_clock::now()) {}
 
 Call::~Call() {
+  release_order();
   bool answered;
   {
     std::lock_guard lock(mutex_);
@@ -49,6 +52,10 @@ void Call::reply(json result) {
 
 void Call::reply_error(const rpc::Error& error) { finish(rpc::make_error(id(), error), "error"); }
 
+void Call::release_order() {
+  if (order_key_ && !order_released_.exchange(true)) dispatcher_.release_lane(*order_key_);
+}
+
 void Call::finish(json message, const char* outcome) {
   std::lock_guard lock(mutex_);
   if (replied_) {
@@ -56,18 +63,17 @@ void Call::finish(json message, const char* outcome) {
     return;
   }
   replied_ = true;
+  held_.reset();  // what a tool reported last is in its answer
   // Counted until the answer is sent, so shutdown() waits for it; the id is
   // freed first so that a host reusing it after the answer is not refused.
   dispatcher_.finishing(+1);
-  struct Finished {
-    Dispatcher& dispatcher;
-    ~Finished() { dispatcher.finishing(-1); }
-  } finished{dispatcher_};
   dispatcher_.forget(*this);
-  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+  release_order();
   if (cancelled()) {
     // MCP: a cancelled request gets no response.
+    auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
     rpc_log()->info("--> {}({}) cancelled, reply suppressed, {} ms", method(), id().dump(), elapsed.count());
+    dispatcher_.finishing(-1);
     return;
   }
   std::string text = rpc::serialize(message);
@@ -79,23 +85,97 @@ void Call::finish(json message, const char* outcome) {
                "internal error: the result (" + std::to_string(text.size()) + " bytes) is larger than the " +
                    std::to_string(dispatcher_.options_.max_message_bytes) + " byte message limit",
                nullptr});
+    text = rpc::serialize(message);
     outcome = "error";
-    dispatcher_.send(message);
-  } else {
-    dispatcher_.output_.send_serialized(message, text);
   }
-  rpc_log()->info("--> {}({}) {} {} ms", method(), id().dump(), outcome, elapsed.count());
+  // A reply the host could read in one chunk with the last progress
+  // notification waits for the pacer (a dropped call, answered from the
+  // destructor, cannot wait).
+  if (!quiet_locked(Clock::now())) {
+    if (auto self = weak_from_this().lock()) {
+      deferred_ = Deferred{std::move(message), std::move(text), outcome, Clock::now()};
+      dispatcher_.defer(std::move(self));
+      return;
+    }
+  }
+  write_reply(std::move(message), text, outcome);
+}
+
+void Call::write_reply(json message, const std::string& text, const char* outcome,
+                       std::optional<Clock::duration> waited) {
+  dispatcher_.output_.send_serialized(message, text);
+  auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  if (waited)
+    rpc_log()->info("--> {}({}) {} {} ms (waited {} ms for the host to read progress)", method(), id().dump(), outcome,
+                    ms(Clock::now() - start_), ms(*waited));
+  else
+    rpc_log()->info("--> {}({}) {} {} ms", method(), id().dump(), outcome, ms(Clock::now() - start_));
+  dispatcher_.finishing(-1);
+}
+
+// The official TypeScript SDK handles a response read in the same chunk as a
+// progress notification before the notification (responses synchronously,
+// notifications a microtask later), finds the request gone and reports "unknown
+// progress token" through onerror. So the reply waits until the host has read
+// the notification (docs/protocol.md, "Progress").
+bool Call::quiet_locked(Clock::time_point now) const {
+  if (!progress_sent_) return true;
+  const auto& options = dispatcher_.options_;
+  if (now - last_sent_at_ >= options.read_wait_cap) return true;
+  if (auto read = dispatcher_.output_.read_up_to(last_mark_)) return *read;
+  return now - last_sent_at_ >= options.quiet_gap;
 }
 
 void Call::progress(double done, std::optional<double> total, const std::string& message) {
   if (!meta_.progress_token) return;
   std::lock_guard lock(mutex_);
-  if (replied_ || cancelled() || done <= last_progress_) return;
-  last_progress_ = done;
-  json params = {{"progressToken", *meta_.progress_token}, {"progress", done}};
-  if (total) params["total"] = *total;
-  if (!message.empty()) params["message"] = message;
+  if (replied_ || cancelled()) return;
+  held_ = Report{done, total, message};
+  if (Clock::now() - start_ >= dispatcher_.options_.progress_delay) send_progress_locked();
+}
+
+void Call::send_progress_locked() {
+  bool fresh = held_ && held_->total && (!progress_sent_ || held_->done > last_progress_);
+  double value = fresh ? held_->done : (progress_sent_ ? std::floor(last_progress_) + 1 : 1);
+  json params = {{"progressToken", *meta_.progress_token}, {"progress", value}};
+  if (fresh) params["total"] = *held_->total;
+  std::string message;
+  if (held_) {
+    message = held_->message;
+  } else {
+    auto running = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start_);
+    message = "still running after " + std::to_string(running.count()) + " s";
+  }
+  if (!message.empty()) params["message"] = std::move(message);
   dispatcher_.notify("notifications/progress", params);
+  held_.reset();
+  progress_sent_ = true;
+  last_progress_ = value;
+  last_sent_at_ = Clock::now();
+  last_mark_ = dispatcher_.output_.written();
+}
+
+std::optional<Call::Clock::time_point> Call::pace(Clock::time_point now, bool flush) {
+  std::lock_guard lock(mutex_);
+  if (deferred_) {
+    if (!flush && !quiet_locked(now)) return now + std::chrono::milliseconds(1);
+    Deferred reply = std::move(*deferred_);
+    deferred_.reset();
+    write_reply(std::move(reply.message), reply.text, reply.outcome, now - reply.since);
+    return std::nullopt;
+  }
+  if (replied_ || cancelled()) return std::nullopt;
+  const auto& options = dispatcher_.options_;
+  if (now - start_ < options.progress_delay) return start_ + options.progress_delay;
+  // What the call reported before it was old enough, then a heartbeat
+  // whenever it has been silent too long (since its start or last notification).
+  if (held_) send_progress_locked();
+  auto since = progress_sent_ ? last_sent_at_ : start_;
+  if (now - since >= options.heartbeat) {
+    send_progress_locked();
+    since = last_sent_at_;
+  }
+  return since + options.heartbeat;
 }
 
 void Call::on_cancel(std::function<void()> fn) {
@@ -131,12 +211,14 @@ void Call::cancel(const std::string& reason) {
 Dispatcher::Dispatcher(Output& output, Options options)
     : output_(output), options_(options), pool_(options.workers) {
   on_notification("notifications/cancelled", [this](const json& params) { handle_cancelled(params); });
+  pacer_ = std::thread([this] { pacer_main(); });
 }
 
 Dispatcher::~Dispatcher() { shutdown(); }
 
-void Dispatcher::on_request(std::string method, Run run, Gate gate, RequestHandler handler, InlineIf inline_if) {
-  requests_[std::move(method)] = Route{run, gate, std::move(handler), std::move(inline_if)};
+void Dispatcher::on_request(std::string method, Run run, Gate gate, RequestHandler handler, InlineIf inline_if,
+                            OrderKey order_key) {
+  requests_[std::move(method)] = Route{run, gate, std::move(handler), std::move(inline_if), std::move(order_key)};
 }
 
 void Dispatcher::on_notification(std::string method, NotificationHandler handler) {
@@ -257,6 +339,8 @@ void Dispatcher::dispatch(rpc::Request request) {
     }
     it->second = call;
   }
+  if (call->meta().progress_token) pace(call);
+  if (!enter_lane(route->second, call)) return;
   if (route->second.run == Run::Inline || runs_inline(route->second, *call)) {
     run_handler(route->second, std::move(call));
   } else {
@@ -273,6 +357,107 @@ bool Dispatcher::runs_inline(const Route& route, const Call& call) const {
   } catch (const std::exception& e) {
     rpc_log()->warn("{}({}): deciding where to run it failed: {}", call.method(), call.id().dump(), e.what());
     return false;
+  }
+}
+
+std::optional<std::string> Dispatcher::order_key(const Route& route, const Call& call) const {
+  if (!route.order_key) return std::nullopt;
+  try {
+    return route.order_key(call.params());
+  } catch (const std::exception& e) {
+    rpc_log()->warn("{}({}): deciding its order failed: {}", call.method(), call.id().dump(), e.what());
+    return std::nullopt;
+  }
+}
+
+bool Dispatcher::enter_lane(const Route& route, const std::shared_ptr<Call>& call) {
+  auto key = order_key(route, *call);
+  if (!key) return true;
+  call->order_key_ = key;
+  std::lock_guard lock(lanes_mutex_);
+  auto [lane, idle] = lanes_.try_emplace(*key);
+  if (idle) return true;
+  lane->second.waiting.emplace_back(&route, call);
+  return false;
+}
+
+void Dispatcher::release_lane(const std::string& key) {
+  std::shared_ptr<Call> dropped;  // destroyed outside the lock: it releases its own order
+  {
+    std::lock_guard lock(lanes_mutex_);
+    auto lane = lanes_.find(key);
+    if (lane == lanes_.end()) return;
+    if (lane->second.waiting.empty()) {
+      lanes_.erase(lane);
+      return;
+    }
+    auto [route, call] = std::move(lane->second.waiting.front());
+    lane->second.waiting.pop_front();
+    // Posted under the lock: shutdown() sets stopping_ under it, so a call is
+    // either in the pool before the pool is joined or dropped here.
+    if (stopping_.load()) {
+      dropped = std::move(call);
+    } else {
+      boost::asio::post(pool_, [this, route, call = std::move(call)]() mutable {
+        // A call cancelled while it waited is dropped: no reply is due.
+        if (!call->cancelled()) run_handler(*route, std::move(call));
+      });
+    }
+  }
+}
+
+void Dispatcher::pace(std::shared_ptr<Call> call) {
+  {
+    std::lock_guard lock(pacer_mutex_);
+    paced_.push_back(call);
+    pacer_dirty_ = true;
+  }
+  pacer_wake_.notify_one();
+}
+
+void Dispatcher::defer(std::shared_ptr<Call> call) {
+  {
+    std::lock_guard lock(pacer_mutex_);
+    deferred_.push_back(std::move(call));
+    pacer_dirty_ = true;
+  }
+  pacer_wake_.notify_one();
+}
+
+void Dispatcher::pacer_main() {
+  std::unique_lock lock(pacer_mutex_);
+  while (!pacer_stop_) {
+    // Calls are paced without pacer_mutex_ held: a call defers its reply
+    // under its own lock, which pace() takes.
+    auto paced = std::move(paced_);
+    auto deferred = std::move(deferred_);
+    bool flush = pacer_flush_;
+    lock.unlock();
+    auto now = Call::Clock::now();
+    auto next = now + std::chrono::hours(1);
+    std::vector<std::weak_ptr<Call>> still_paced;
+    for (auto& weak : paced) {
+      auto call = weak.lock();
+      if (!call) continue;
+      if (auto due = call->pace(now, flush)) {
+        next = std::min(next, *due);
+        still_paced.push_back(std::move(weak));
+      }
+    }
+    std::vector<std::shared_ptr<Call>> still_deferred;
+    for (auto& call : deferred) {
+      if (auto due = call->pace(now, flush)) {
+        next = std::min(next, *due);
+        still_deferred.push_back(std::move(call));
+      }
+    }
+    // Dropped outside the lock: a last reference ends a call.
+    deferred.clear();
+    lock.lock();
+    for (auto& weak : still_paced) paced_.push_back(std::move(weak));
+    for (auto& call : still_deferred) deferred_.push_back(std::move(call));
+    pacer_wake_.wait_until(lock, next, [this] { return pacer_dirty_ || pacer_stop_; });
+    pacer_dirty_ = false;
   }
 }
 
@@ -309,7 +494,14 @@ std::size_t Dispatcher::in_flight() const {
 }
 
 void Dispatcher::shutdown() {
-  if (stopping_.exchange(true)) return;
+  std::vector<std::shared_ptr<Call>> waiting;
+  {
+    std::lock_guard lock(lanes_mutex_);
+    if (stopping_.exchange(true)) return;
+    for (auto& [key, lane] : lanes_)
+      for (auto& entry : lane.waiting) waiting.push_back(std::move(entry.second));
+    lanes_.clear();
+  }
   std::vector<std::shared_ptr<Call>> live;
   {
     std::lock_guard lock(calls_mutex_);
@@ -318,11 +510,25 @@ void Dispatcher::shutdown() {
   }
   for (auto& call : live) call->cancel("server shutting down");
   live.clear();
+  waiting.clear();
+  {
+    std::lock_guard lock(pacer_mutex_);
+    pacer_flush_ = pacer_dirty_ = true;
+  }
+  pacer_wake_.notify_one();
   pool_.join();
-  std::unique_lock lock(calls_mutex_);
-  if (!calls_.empty() || finishing_ > 0)
-    rpc_log()->info("waiting for {} cancelled calls to finish", calls_.size() + finishing_);
-  calls_idle_.wait(lock, [this] { return calls_.empty() && finishing_ == 0; });
+  {
+    std::unique_lock lock(calls_mutex_);
+    if (!calls_.empty() || finishing_ > 0)
+      rpc_log()->info("waiting for {} cancelled calls to finish", calls_.size() + finishing_);
+    calls_idle_.wait(lock, [this] { return calls_.empty() && finishing_ == 0; });
+  }
+  {
+    std::lock_guard lock(pacer_mutex_);
+    pacer_stop_ = true;
+  }
+  pacer_wake_.notify_one();
+  pacer_.join();
 }
 
 }  // namespace agentbox::server

@@ -13,11 +13,15 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace agentbox::server {
 
@@ -32,13 +36,21 @@ class Output {
     (void)line;
     send(message);
   }
+  // Bytes written so far: a mark to ask read_up_to() about later.
+  virtual std::uint64_t written() const { return 0; }
+  // Whether the host has read everything written up to mark; nullopt when
+  // the output cannot tell (a file, a terminal).
+  virtual std::optional<bool> read_up_to(std::uint64_t mark) const {
+    (void)mark;
+    return std::nullopt;
+  }
 };
 
 class Dispatcher;
 
 // One request in flight. Handlers get a shared_ptr and answer through reply()
 // or reply_error() exactly once, from any thread.
-class Call {
+class Call : public std::enable_shared_from_this<Call> {
  public:
   Call(Dispatcher& dispatcher, rpc::Request request, RequestMeta meta);
   ~Call();
@@ -55,9 +67,20 @@ class Call {
   void reply(json result);
   void reply_error(const rpc::Error& error);
 
-  // Sends notifications/progress when the request carried a progressToken;
-  // values that do not increase, and anything after the reply, are dropped.
+  // Reports progress when the request carried a progressToken. Paced
+  // (docs/protocol.md, "Progress"): nothing in a call's first
+  // Options::progress_delay (only the latest report is kept for then), a
+  // heartbeat when the call has said nothing for Options::heartbeat, never
+  // after the reply, and the reply waits until the host has read the last
+  // notification. Values sent increase strictly: a report with a total sends
+  // its own value when that is an increase; otherwise the value is the next
+  // whole number.
   void progress(double done, std::optional<double> total, const std::string& message);
+
+  // Lets the next call with the same order key start (Dispatcher::OrderKey):
+  // this call's effect is fixed in order, e.g. handed to the sandbox. Done
+  // at the latest when the call is answered or dropped.
+  void release_order();
 
   bool cancelled() const { return cancelled_.load(); }
   void on_cancel(std::function<void()> fn);
@@ -65,17 +88,48 @@ class Call {
 
  private:
   friend class Dispatcher;
+  using Clock = std::chrono::steady_clock;
+  struct Report {
+    double done;
+    std::optional<double> total;
+    std::string message;
+  };
   void finish(json message, const char* outcome);
+  // waited: how long the reply waited for the host to read progress (logged).
+  void write_reply(json message, const std::string& text, const char* outcome,
+                   std::optional<Clock::duration> waited = std::nullopt);
+  void send_progress_locked();
+  // Called by the pacer: sends what is due; when the call wants the pacer
+  // again, the time to come back.
+  std::optional<Clock::time_point> pace(Clock::time_point now, bool flush);
+  // True when a reply written now cannot reach the host in the same read as
+  // the last progress notification.
+  bool quiet_locked(Clock::time_point now) const;
 
   Dispatcher& dispatcher_;
   rpc::Request request_;
   RequestMeta meta_;
-  std::chrono::steady_clock::time_point start_;
+  Clock::time_point start_;
   std::mutex mutex_;
   bool replied_ = false;
-  double last_progress_ = -1;
   std::atomic<bool> cancelled_{false};
   std::vector<std::function<void()>> cancel_hooks_;
+  // Progress, guarded by mutex_.
+  std::optional<Report> held_;  // reported in the first progress_delay, not sent yet
+  bool progress_sent_ = false;
+  double last_progress_ = 0;           // the last value sent
+  Clock::time_point last_sent_at_;     // when it was written
+  std::uint64_t last_mark_ = 0;        // Output::written() after it
+  struct Deferred {
+    json message;
+    std::string text;
+    const char* outcome;
+    Clock::time_point since;
+  };
+  std::optional<Deferred> deferred_;  // a reply waiting for the host to read the last notification
+  // Ordering.
+  std::optional<std::string> order_key_;
+  std::atomic<bool> order_released_{false};
 };
 
 class Dispatcher {
@@ -91,6 +145,10 @@ class Dispatcher {
   // (its handler promises not to block for it, e.g. a small file operation
   // on a running sandbox), saving the hand-off to a pool thread.
   using InlineIf = std::function<bool(const json& params)>;
+  // Requests with the same order key start in arrival order, each once the
+  // one before it released the order (Call::release_order); other keys do
+  // not wait. Computed on the reader thread; nullopt: not ordered.
+  using OrderKey = std::function<std::optional<std::string>(const json& params)>;
   // Gated methods need a completed initialize in the legacy eras; modern-era
   // requests (version in _meta) need none.
   enum class Gate { Open, Initialized };
@@ -98,12 +156,22 @@ class Dispatcher {
   struct Options {
     std::size_t workers = 4;
     std::size_t max_message_bytes = 8 * 1024 * 1024;  // replies larger than this become errors
+    // Progress pacing (docs/protocol.md, "Progress").
+    std::chrono::milliseconds progress_delay{1000};  // a call this fast sends no progress
+    // Longest silence of a call with a progressToken, from its start or its
+    // last notification (hosts reset their tool timeouts on progress).
+    std::chrono::milliseconds heartbeat{1000};
+    // A reply waits until the host read the last notification, at most this
+    // long; when the output cannot tell, it waits quiet_gap after it.
+    std::chrono::milliseconds read_wait_cap{2000};
+    std::chrono::milliseconds quiet_gap{250};
   };
 
   Dispatcher(Output& output, Options options);
   ~Dispatcher();
 
-  void on_request(std::string method, Run run, Gate gate, RequestHandler handler, InlineIf inline_if = {});
+  void on_request(std::string method, Run run, Gate gate, RequestHandler handler, InlineIf inline_if = {},
+                  OrderKey order_key = {});
   void on_notification(std::string method, NotificationHandler handler);
 
   // Feeds one framed line from the transport.
@@ -131,6 +199,11 @@ class Dispatcher {
     Gate gate;
     RequestHandler handler;
     InlineIf inline_if;
+    OrderKey order_key;
+  };
+  // The calls of one order key: one may run, the rest wait in arrival order.
+  struct Lane {
+    std::deque<std::pair<const Route*, std::shared_ptr<Call>>> waiting;
   };
 
   void dispatch(rpc::Request request);
@@ -141,6 +214,13 @@ class Dispatcher {
   void finishing(int delta);
   void run_handler(const Route& route, std::shared_ptr<Call> call);
   bool runs_inline(const Route& route, const Call& call) const;
+  std::optional<std::string> order_key(const Route& route, const Call& call) const;
+  // True when call may start now; false when it waits in its lane.
+  bool enter_lane(const Route& route, const std::shared_ptr<Call>& call);
+  void release_lane(const std::string& key);
+  void pace(std::shared_ptr<Call> call);
+  void defer(std::shared_ptr<Call> call);
+  void pacer_main();
 
   Output& output_;
   Options options_;
@@ -153,6 +233,18 @@ class Dispatcher {
   std::map<std::string, std::weak_ptr<Call>> calls_;  // key: serialized id
   int finishing_ = 0;  // calls between leaving calls_ and sending their answer
   std::condition_variable calls_idle_;  // calls_ empty and finishing_ zero
+  std::mutex lanes_mutex_;
+  std::map<std::string, Lane> lanes_;  // a key is present while one of its calls runs
+  // The pacer: a thread that sends held progress, heartbeats and deferred
+  // replies of the calls that carry a progressToken.
+  std::mutex pacer_mutex_;
+  std::condition_variable pacer_wake_;
+  std::vector<std::weak_ptr<Call>> paced_;
+  std::vector<std::shared_ptr<Call>> deferred_;  // calls whose reply waits
+  bool pacer_dirty_ = false;  // paced_ or deferred_ grew
+  bool pacer_flush_ = false;  // shutting down: deferred replies go now
+  bool pacer_stop_ = false;
+  std::thread pacer_;
 };
 
 }  // namespace agentbox::server

@@ -28,6 +28,7 @@ class ToolCallContext : public tools::CallContext {
   }
   bool cancelled() const override { return call_->cancelled(); }
   void on_cancel(std::function<void()> fn) override { call_->on_cancel(std::move(fn)); }
+  void release_order() override { call_->release_order(); }
 
  private:
   std::shared_ptr<Call> call_;
@@ -66,6 +67,19 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
                            return name != params.end() && name->is_string() && arguments != params.end() &&
                                   arguments->is_object() &&
                                   registry_.runs_inline(name->get_ref<const std::string&>(), *arguments);
+                         },
+                         [this](const json& params) -> std::optional<std::string> {
+                           // Calls of tools that run in a session keep arrival order per conversation.
+                           auto name = params.is_object() ? params.find("name") : params.end();
+                           if (name == params.end() || !name->is_string() ||
+                               !registry_.keeps_session_order(name->get_ref<const std::string&>()))
+                             return std::nullopt;
+                           static const json none = json::object();
+                           auto arguments = params.find("arguments");
+                           auto meta = params.find("_meta");
+                           return resolve_conversation(arguments != params.end() ? *arguments : none,
+                                                       meta != params.end() ? *meta : none,
+                                                       options_.default_conversation);
                          });
   dispatcher_.on_notification("notifications/initialized", [](const json&) { spdlog::debug("client initialized"); });
 

@@ -10,7 +10,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdexcept>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace agentbox::server {
@@ -39,7 +42,15 @@ void Recorder::outgoing(const json& message) { write(json{{"out", message}}); }
 
 StdioTransport::StdioTransport(int in_fd, int out_fd, std::size_t max_line_bytes, Recorder* recorder,
                                std::chrono::microseconds spin)
-    : in_fd_(in_fd), max_line_(max_line_bytes), spin_(spin), writer_(out_fd), recorder_(recorder) {
+    : in_fd_(in_fd),
+      max_line_(max_line_bytes),
+      spin_(spin),
+      writer_(out_fd),
+      out_fd_(out_fd),
+      unread_(Unread::Unknown),
+      recorder_(recorder) {
+  struct stat st;
+  if (::fstat(out_fd, &st) == 0) unread_ = S_ISFIFO(st.st_mode) ? Unread::Pipe : S_ISSOCK(st.st_mode) ? Unread::Socket : Unread::Unknown;
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   // When stdout is a pipe, room for a whole file page (1 MiB): the reply is
@@ -54,7 +65,20 @@ void StdioTransport::send(const json& message) { send_serialized(message, rpc::s
 
 void StdioTransport::send_serialized(const json& message, std::string_view line) {
   if (recorder_) recorder_->outgoing(message);
+  std::lock_guard lock(write_mutex_);
   if (!writer_.write_line(line)) spdlog::debug("stdout is closed; message dropped");
+  written_ += line.size() + 1;
+}
+
+std::uint64_t StdioTransport::written() const { return written_.load(); }
+
+std::optional<bool> StdioTransport::read_up_to(std::uint64_t mark) const {
+  if (unread_ == Unread::Unknown) return std::nullopt;
+  std::uint64_t written_now = written();
+  int unread = 0;
+  if (::ioctl(out_fd_, unread_ == Unread::Pipe ? FIONREAD : SIOCOUTQ, &unread) != 0) return std::nullopt;
+  // SIOCOUTQ counts buffer overhead too, so this errs on the side of waiting.
+  return static_cast<std::uint64_t>(std::max(unread, 0)) <= written_now - std::min(mark, written_now);
 }
 
 void StdioTransport::stop() {

@@ -42,6 +42,8 @@ class StdioTransport : public Output {
 
   void send(const json& message) override;
   void send_serialized(const json& message, std::string_view line) override;
+  std::uint64_t written() const override;
+  std::optional<bool> read_up_to(std::uint64_t mark) const override;
 
   // Reads lines until end of input or stop(), handing each to the dispatcher.
   void run(Dispatcher& dispatcher);
@@ -53,6 +55,12 @@ class StdioTransport : public Output {
   std::size_t max_line_;
   std::chrono::microseconds spin_;
   rpc::LineWriter writer_;
+  int out_fd_;
+  // How the host's reading can be seen: bytes it has not read yet are
+  // FIONREAD on a pipe, SIOCOUTQ on a socket (Node's child stdio is a socket pair).
+  enum class Unread { Unknown, Pipe, Socket } unread_;
+  std::mutex write_mutex_;  // orders written_ with the writes
+  std::atomic<std::uint64_t> written_{0};  // grows after each write: never ahead of the stream
   Recorder* recorder_;
   int wake_fd_;  // eventfd polled beside stdin
 };

@@ -39,6 +39,7 @@ void register_exec_tool(Registry& registry, const Services& services) {
     call.params["stream"] = true;
     call_agent(services, context, reply, std::move(call), [](const json& r) { return ToolResult::ok(r, exec_text(r)); });
   });
+  registry.keep_session_order("exec");
 }
 
 }  // namespace agentbox::tools

@@ -103,6 +103,7 @@ void bind_tool(Registry& registry, const Services& services, const char* tool, c
         call_agent(services, context, reply, {method, agent_params(args), timeout}, format);
       },
       std::move(run_inline));
+  registry.keep_session_order(tool);
 }
 
 }  // namespace

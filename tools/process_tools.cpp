@@ -43,6 +43,7 @@ void register_process_tools(Registry& registry, const Services& services) {
   bind_tool(registry, services, "process_start", "process.start", fixed, [](const json& r) {
     return ToolResult::ok(r, "Started " + r.value("process_id", "") + " (pid " + std::to_string(r.value("pid", 0)) + ")");
   });
+  registry.keep_session_order("process_start");
   bind_tool(registry, services, "process_list", "process.list", fixed, [](const json& r) {
     std::string text;
     for (const auto& p : r["processes"]) text += status_line(p) + "  " + p.value("command", "") + "\n";

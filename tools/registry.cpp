@@ -15,6 +15,7 @@ struct Registry::Entry {
   valijson::Schema input_schema;
   ToolFunction function;
   Registry::RunInline run_inline;
+  bool session_order = false;
 };
 
 Registry::Registry() = default;
@@ -121,6 +122,17 @@ void Registry::add(const std::string& schema, ToolFunction function, RunInline r
 bool Registry::runs_inline(const std::string& name, const json& arguments) const {
   auto it = tools_.find(name);
   return it != tools_.end() && it->second->run_inline && it->second->run_inline(arguments);
+}
+
+void Registry::keep_session_order(const std::string& name) {
+  auto it = tools_.find(name);
+  require(it != tools_.end(), name, "keep_session_order before add");
+  it->second->session_order = true;
+}
+
+bool Registry::keeps_session_order(const std::string& name) const {
+  auto it = tools_.find(name);
+  return it != tools_.end() && it->second->session_order;
 }
 
 std::vector<json> Registry::definitions() const {

@@ -45,6 +45,12 @@ class Registry {
   std::optional<ValidationError> validate(const Entry& tool, const json& arguments) const;
   const ToolFunction& function(const Entry& tool) const;
   bool runs_inline(const std::string& name, const json& arguments) const;
+  // Calls of a tool that runs in a session (exec, process_start, the file
+  // tools) keep their arrival order within the conversation
+  // (docs/protocol.md, "Order"). Sandbox-level tools are not ordered: a
+  // sandbox_destroy must not wait behind calls a frozen sandbox never takes.
+  void keep_session_order(const std::string& name);
+  bool keeps_session_order(const std::string& name) const;
   const json& definition(const Entry& tool) const;
 
  private:

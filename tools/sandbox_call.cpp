@@ -72,6 +72,8 @@ bool send_call(const std::shared_ptr<sandbox::Lease>& lease, const std::shared_p
   } else {
     id = client->call_async(call.method, std::move(call.params), call.timeout, std::move(done), notes);
   }
+  // The agent reads its pipe in order and keeps that order per session.
+  context->release_order();
   context->on_cancel([client, id] { client->cancel(id); });
   return true;
 }

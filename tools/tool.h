@@ -44,6 +44,10 @@ class CallContext {
   // Runs fn once when the call is cancelled (at once if it already was). Used to
   // kill the processes a call started.
   virtual void on_cancel(std::function<void()> fn) = 0;
+  // The call has been handed to the sandbox: the next call of the same
+  // conversation may go (calls naming a session keep their arrival order,
+  // docs/protocol.md "Order"). Done anyway at the answer.
+  virtual void release_order() {}
 };
 
 // Answers one call. Copies share one state: the first call wins, later ones are

@@ -193,8 +193,9 @@ describe('load, cancellation, progress and timeouts through the SDK', () => {
       state.cleanup();
     });
     const seen = [];
-    const r = await ok(server, 'exec', { command: 'for i in 1 2 3; do echo step $i; sleep 0.3; done', conversation: 'progress' }, { onprogress: (p) => seen.push(p) });
-    assert.equal(r.stdout, 'step 1\nstep 2\nstep 3\n');
+    // Over a second: a call faster than that sends no progress (docs/protocol.md, "Progress").
+    const r = await ok(server, 'exec', { command: 'for i in 1 2 3 4; do echo step $i; sleep 0.4; done', conversation: 'progress' }, { onprogress: (p) => seen.push(p) });
+    assert.equal(r.stdout, 'step 1\nstep 2\nstep 3\nstep 4\n');
     assert.ok(seen.length >= 1, 'no progress notification');
     for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress, 'progress must increase');
   });

@@ -2,6 +2,7 @@
 // sessions, ordering, and a shell that ends or is killed.
 #include "fixture.h"
 
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -128,4 +129,68 @@ TEST_CASE("sessions run in parallel; calls within one session run in order") {
   auto second = f.exec("echo $ORDER", {{"session", "a"}});
   first.get();
   CHECK(second["stdout"] == "first\n");
+}
+
+namespace {
+
+// Sends every request to the agent before any reply comes back, as a server
+// with several calls in flight does, and waits for all the outcomes.
+std::vector<AgentClient::Outcome> in_flight(AgentClient& agent, const std::vector<std::pair<std::string, json>>& calls) {
+  std::vector<std::shared_ptr<std::promise<AgentClient::Outcome>>> promises;
+  for (const auto& [method, params] : calls) {
+    auto promise = std::make_shared<std::promise<AgentClient::Outcome>>();
+    promises.push_back(promise);
+    agent.call_async(method, params, std::chrono::seconds(60),
+                     [promise](AgentClient::Outcome outcome) { promise->set_value(std::move(outcome)); });
+  }
+  std::vector<AgentClient::Outcome> outcomes;
+  for (auto& promise : promises) outcomes.push_back(promise->get_future().get());
+  return outcomes;
+}
+
+}  // namespace
+
+TEST_CASE("calls in flight on one session run in arrival order, file operations included") {
+  SandboxFixture f;
+  Lease lease = f.manager->acquire("test");
+  auto& agent = lease.agent();
+  int out_of_order = 0;
+  for (int rep = 0; rep < 15; ++rep) {
+    std::string file = "order" + std::to_string(rep);
+    std::vector<std::pair<std::string, json>> calls;
+    // The earlier a command, the longer it sleeps: only the session's line
+    // keeps them in order.
+    for (int i = 1; i <= 4; ++i)
+      calls.emplace_back("exec", json{{"command", "sleep 0.0" + std::to_string(2 * (4 - i)) + "; echo " +
+                                                      std::to_string(i) + " >> " + file},
+                                      {"timeout_ms", 30'000}});
+    calls.emplace_back("file.read", json{{"path", file}});
+    calls.emplace_back("file.write", json{{"path", file}, {"content", "replaced\n"}});
+    calls.emplace_back("exec", json{{"command", "cat " + file}, {"timeout_ms", 30'000}});
+    auto outcomes = in_flight(agent, calls);
+    // A file.read that overtakes the execs fails: the file does not exist yet.
+    bool failed = std::any_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.error.has_value(); });
+    if (failed || outcomes[4].result.value("content", "") != "1\n2\n3\n4\n" ||
+        outcomes[6].result.value("stdout", "") != "replaced\n")
+      ++out_of_order;
+  }
+  CHECK(out_of_order == 0);
+}
+
+TEST_CASE("a call waiting in its session's line leaves it when cancelled") {
+  SandboxFixture f;
+  Lease lease = f.manager->acquire("test");
+  auto& agent = lease.agent();
+  auto first = std::make_shared<std::promise<AgentClient::Outcome>>();
+  agent.call_async("exec", {{"command", "sleep 1"}, {"timeout_ms", 30'000}}, std::chrono::seconds(60),
+                   [first](AgentClient::Outcome o) { first->set_value(std::move(o)); });
+  auto waiting = std::make_shared<std::promise<AgentClient::Outcome>>();
+  auto id = agent.call_async("exec", {{"command", "echo late"}, {"timeout_ms", 30'000}}, std::chrono::seconds(60),
+                             [waiting](AgentClient::Outcome o) { waiting->set_value(std::move(o)); });
+  auto start = std::chrono::steady_clock::now();
+  agent.cancel(id);
+  auto outcome = waiting->get_future().get();
+  CHECK(outcome.error);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(800));
+  CHECK_FALSE(first->get_future().get().error);
 }

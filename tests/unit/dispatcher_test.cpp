@@ -61,7 +61,9 @@ json with_progress_token(const json& token) { return {{"_meta", {{"progressToken
 
 struct Fixture {
   RecordingOutput output;
-  Dispatcher dispatcher{output, {.workers = 4}};
+  // Progress unpaced (sent when reported, no heartbeat, no wait before the
+  // reply): the pacing has tests of its own below.
+  Dispatcher dispatcher{output, {.workers = 4, .progress_delay = 0ms, .heartbeat = 1h, .quiet_gap = 0ms}};
   // A call a handler kept without answering, for tests that answer it later.
   // Declared after the dispatcher so it is released first.
   std::shared_ptr<Call> kept;
@@ -299,23 +301,26 @@ TEST_CASE_METHOD(Fixture, "progress needs a token", "[dispatcher]") {
 TEST_CASE_METHOD(Fixture, "progress is strictly increasing and stops at the answer", "[dispatcher]") {
   keep_calls("work");
   send(request(16, "work", with_progress_token("tok-1")));
-  kept->progress(0, std::nullopt, "");
-  kept->progress(1, 4, "first");
-  kept->progress(1, 4, "repeat");  // not an increase
-  kept->progress(0.5, 4, "back");  // a decrease
-  kept->progress(2.5, std::nullopt, "");
+  kept->progress(0.5, 4, "first");
+  kept->progress(3, 4, "three");
+  kept->progress(3, 4, "repeat");  // not an increase: the next whole number, no total
+  kept->progress(1, 4, "back");    // a decrease: the same
+  kept->progress(0, std::nullopt, "");  // no total: the next whole number
   kept->reply(json::object());
-  kept->progress(3, 4, "after the answer");
+  kept->progress(9, 10, "after the answer");
 
   auto messages = output.messages();
-  REQUIRE(messages.size() == 4);
-  CHECK(messages[0] == rpc::make_notification("notifications/progress", {{"progressToken", "tok-1"}, {"progress", 0}}));
-  CHECK(messages[1] == rpc::make_notification("notifications/progress", {{"progressToken", "tok-1"},
-                                                                        {"progress", 1},
-                                                                        {"total", 4},
-                                                                        {"message", "first"}}));
-  CHECK(messages[2] == rpc::make_notification("notifications/progress", {{"progressToken", "tok-1"}, {"progress", 2.5}}));
-  CHECK(messages[3] == rpc::make_result(16, json::object()));
+  REQUIRE(messages.size() == 6);
+  auto note = [](json params) {
+    params["progressToken"] = "tok-1";
+    return rpc::make_notification("notifications/progress", params);
+  };
+  CHECK(messages[0] == note({{"progress", 0.5}, {"total", 4}, {"message", "first"}}));
+  CHECK(messages[1] == note({{"progress", 3}, {"total", 4}, {"message", "three"}}));
+  CHECK(messages[2] == note({{"progress", 4}, {"message", "repeat"}}));
+  CHECK(messages[3] == note({{"progress", 5}, {"message", "back"}}));
+  CHECK(messages[4] == note({{"progress", 6}}));
+  CHECK(messages[5] == rpc::make_result(16, json::object()));
 }
 
 TEST_CASE_METHOD(Fixture, "integer progress tokens are echoed as integers, and none after a cancel", "[dispatcher]") {
