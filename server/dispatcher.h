@@ -54,6 +54,11 @@ class Call {
 
   void reply(json result);
   void reply_error(const rpc::Error& error);
+  // The result to send instead of one whose reply would exceed the message
+  // limit; without it such a reply becomes -32603. tools/call answers with an
+  // error result instead (docs/protocol.md, "Error results").
+  using Oversized = std::function<json(std::size_t bytes, std::size_t limit)>;
+  void on_oversized(Oversized fn);
 
   // Sends notifications/progress when the request carried a progressToken;
   // values that do not increase, and anything after the reply, are dropped.
@@ -76,6 +81,7 @@ class Call {
   double last_progress_ = -1;
   std::atomic<bool> cancelled_{false};
   std::vector<std::function<void()>> cancel_hooks_;
+  Oversized oversized_;
 };
 
 class Dispatcher {
