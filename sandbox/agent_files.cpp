@@ -674,32 +674,25 @@ void register_file_methods(MethodTable& table, SessionResolver resolve, const Ag
     e.inline_chars = config.inline_output_chars;
     return e;
   };
-  auto bind = [&table, env](const char* method, json (*op)(const json&, const FileEnv&)) {
+  // Every file method's error names the session's cwd when a relative path led there.
+  auto bind = [&table, env](const char* method, std::function<json(AgentRequest&, const FileEnv&)> op) {
     table[method] = [env, op](AgentRequest& r) {
       FileEnv e = env(r.params());
       try {
-        return op(r.params(), e);
+        return op(r, e);
       } catch (const SandboxError& error) {
         throw with_cwd_note(error, r.params(), e.cwd);
       }
     };
   };
-  bind("file.read", file_read);
-  bind("file.write", file_write);
-  bind("file.edit", file_edit);
-  bind("file.stat", file_stat);
-  bind("file.mkdir", file_mkdir);
-  bind("file.delete", file_delete);
-  bind("file.move", file_move);
-  bind("file.list", file_list);
-  table["file.search"] = [env](AgentRequest& r) {
-    FileEnv e = env(r.params());
-    try {
-      return file_search(r, e);
-    } catch (const SandboxError& error) {
-      throw with_cwd_note(error, r.params(), e.cwd);
-    }
-  };
+  using Op = json (*)(const json&, const FileEnv&);
+  const std::pair<const char*, Op> ops[] = {{"file.read", file_read},   {"file.write", file_write},
+                                            {"file.edit", file_edit},   {"file.stat", file_stat},
+                                            {"file.mkdir", file_mkdir}, {"file.delete", file_delete},
+                                            {"file.move", file_move},   {"file.list", file_list}};
+  for (const auto& [method, op] : ops)
+    bind(method, [op = op](AgentRequest& r, const FileEnv& e) { return op(r.params(), e); });
+  bind("file.search", file_search);
 }
 
 }  // namespace agentbox::sandbox
