@@ -47,29 +47,29 @@ void AgentRequest::cancel() {
 
 std::string param_string(const json& params, const char* name, const std::string& fallback) {
   if (!params.is_object() || !params.contains(name) || params[name].is_null()) return fallback;
-  if (!params[name].is_string()) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be a string");
+  if (!params[name].is_string()) throw SandboxError(codes::kInvalidArguments, std::string(name) + " must be a string");
   return params[name].get<std::string>();
 }
 
 std::string require_string(const json& params, const char* name) {
   std::string value = param_string(params, name, "");
-  if (value.empty()) throw SandboxError(codes::kInvalidArgument, std::string(name) + " is required");
+  if (value.empty()) throw SandboxError(codes::kInvalidArguments, std::string(name) + " is required");
   return value;
 }
 
 std::int64_t param_int(const json& params, const char* name, std::int64_t fallback) {
   if (!params.is_object() || !params.contains(name) || params[name].is_null()) return fallback;
-  if (!params[name].is_number()) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be a number");
+  if (!params[name].is_number()) throw SandboxError(codes::kInvalidArguments, std::string(name) + " must be a number");
   return params[name].get<std::int64_t>();
 }
 
 std::map<std::string, std::string> param_env(const json& params) {
   std::map<std::string, std::string> env;
   if (!params.is_object() || !params.contains("env") || params["env"].is_null()) return env;
-  if (!params["env"].is_object()) throw SandboxError(codes::kInvalidArgument, "env must be an object of strings");
+  if (!params["env"].is_object()) throw SandboxError(codes::kInvalidArguments, "env must be an object of strings");
   for (const auto& [key, value] : params["env"].items()) {
-    if (!valid_env_name(key)) throw SandboxError(codes::kInvalidArgument, "env: '" + key + "' is not a variable name");
-    if (!value.is_string()) throw SandboxError(codes::kInvalidArgument, "env." + key + " must be a string");
+    if (!valid_env_name(key)) throw SandboxError(codes::kInvalidArguments, "env: '" + key + "' is not a variable name");
+    if (!value.is_string()) throw SandboxError(codes::kInvalidArguments, "env." + key + " must be a string");
     env[key] = value.get<std::string>();
   }
   return env;
@@ -88,7 +88,7 @@ AgentOptions parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::uint64_t {
-      if (i + 1 >= argc) throw SandboxError(codes::kInvalidArgument, arg + " needs a value");
+      if (i + 1 >= argc) throw SandboxError(codes::kInvalidArguments, arg + " needs a value");
       return std::stoull(argv[++i]);
     };
     if (arg == "agent") continue;  // the subcommand name, when called through main
@@ -101,7 +101,7 @@ AgentOptions parse_options(int argc, char** argv) {
     else if (arg == "--head-bytes") o.config.process_head_bytes = value();
     else if (arg == "--tail-bytes") o.config.process_tail_bytes = value();
     else if (arg == "--shell-idle-ms") o.config.shell_idle = std::chrono::milliseconds(value());
-    else throw SandboxError(codes::kInvalidArgument, "unknown agent option " + arg);
+    else throw SandboxError(codes::kInvalidArguments, "unknown agent option " + arg);
   }
   for (char** e = environ; *e; ++e) o.config.environment.emplace_back(*e);
   return o;

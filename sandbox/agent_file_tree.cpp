@@ -76,7 +76,7 @@ struct Walk {
 
 std::size_t bounded(const json& params, const char* name, std::size_t fallback, std::size_t max) {
   std::int64_t v = param_int(params, name, static_cast<std::int64_t>(fallback));
-  if (v < 1) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be at least 1");
+  if (v < 1) throw SandboxError(codes::kInvalidArguments, std::string(name) + " must be at least 1");
   return std::min<std::size_t>(static_cast<std::size_t>(v), max);
 }
 
@@ -156,7 +156,7 @@ json file_move(const json& params, const FileEnv& env) {
   if (lstat(from.c_str(), &st) != 0) throw file_error(errno, "cannot move", from);
   if (from == to) return {{"from", from}, {"to", to}};
   if (S_ISDIR(st.st_mode) && to.compare(0, from.size() + 1, from + "/") == 0)
-    throw SandboxError(codes::kInvalidArgument, "cannot move " + from + " into itself (" + to + ")");
+    throw SandboxError(codes::kInvalidArguments, "cannot move " + from + " into itself (" + to + ")");
   struct stat existing;
   bool exists = lstat(to.c_str(), &existing) == 0;
   if (exists && !overwrite)
@@ -185,7 +185,7 @@ json file_list(const json& params, const FileEnv& env) {
   std::string path = has(params, "path") ? file_param_path(params, "path", env.cwd) : env.cwd;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) throw file_error(errno, "cannot list", path);
-  if (!S_ISDIR(st.st_mode)) throw SandboxError(codes::kNotADirectory, path + " is not a directory; use file_stat or file_read");
+  if (!S_ISDIR(st.st_mode)) throw SandboxError(codes::kNotDirectory, path + " is not a directory; use file_stat or file_read");
   std::size_t max_entries = bounded(params, "max_entries", 1000, kMaxListEntries);
   Walk walk;
   walk.include_hidden = params.value("include_hidden", false);
@@ -228,7 +228,7 @@ class Regex {
     if (rc != 0) {
       char message[256];
       regerror(rc, &re_, message, sizeof message);
-      throw SandboxError(codes::kInvalidArgument, "pattern is not a valid extended regular expression: " + std::string(message));
+      throw SandboxError(codes::kInvalidArguments, "pattern is not a valid extended regular expression: " + std::string(message));
     }
   }
   ~Regex() { regfree(&re_); }
@@ -370,12 +370,12 @@ json file_search(AgentRequest& request, const FileEnv& env) {
   // multiplies the ways a path can match.
   auto expanded = expand_braces(glob);
   if (expanded.size() > kMaxGlobAlternatives)
-    throw SandboxError(codes::kInvalidArgument, "glob has more than " + std::to_string(kMaxGlobAlternatives) +
+    throw SandboxError(codes::kInvalidArguments, "glob has more than " + std::to_string(kMaxGlobAlternatives) +
                                                     " alternatives once its {...} are expanded");
   for (const auto& g : expanded) {
     globs.push_back(split_segments(g));
     if (std::count(globs.back().begin(), globs.back().end(), "**") > kMaxGlobStars)
-      throw SandboxError(codes::kInvalidArgument,
+      throw SandboxError(codes::kInvalidArguments,
                          "glob has more than " + std::to_string(kMaxGlobStars) + " '**' segments");
   }
   auto glob_matches = [&](const std::string& path, const std::string& name) {
@@ -404,7 +404,7 @@ json file_search(AgentRequest& request, const FileEnv& env) {
     };
     walk.run(root, 0);
   } else {
-    throw SandboxError(codes::kInvalidArgument, root + " is neither a file nor a directory");
+    throw SandboxError(codes::kInvalidArguments, root + " is neither a file nor a directory");
   }
   return {{"matches", std::move(matches)},   {"truncated", truncated},
           {"files_searched", scanned},       {"skipped_binary", skipped_binary},

@@ -121,7 +121,7 @@ int open_regular(const std::string& path, struct stat& st) {
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    throw SandboxError(codes::kInvalidArgument, path + " is not a regular file (a device, FIFO or socket); read it with exec");
+    throw SandboxError(codes::kInvalidArguments, path + " is not a regular file (a device, FIFO or socket); read it with exec");
   }
   return fd;
 }
@@ -152,7 +152,7 @@ std::uint64_t skip_lines(int fd, std::uint64_t from, std::int64_t lines, const s
 
 std::int64_t optional_int(const json& params, const char* name, std::int64_t min) {
   std::int64_t v = param_int(params, name, min);
-  if (v < min) throw SandboxError(codes::kInvalidArgument, std::string(name) + " must be at least " + std::to_string(min));
+  if (v < min) throw SandboxError(codes::kInvalidArguments, std::string(name) + " must be at least " + std::to_string(min));
   return v;
 }
 
@@ -192,12 +192,12 @@ json file_read(const json& params, const FileEnv& env) {
   std::string path = file_param_path(params, "path", env.cwd);
   std::string encoding = param_string(params, "encoding", "utf-8");
   if (encoding != "utf-8" && encoding != "base64")
-    throw SandboxError(codes::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\"");
+    throw SandboxError(codes::kInvalidArguments, "encoding must be \"utf-8\" or \"base64\"");
   bool text = encoding == "utf-8";
   bool by_lines = has(params, "start_line") || has(params, "line_count");
-  if (by_lines && !text) throw SandboxError(codes::kInvalidArgument, "start_line/line_count work with encoding utf-8 only");
+  if (by_lines && !text) throw SandboxError(codes::kInvalidArguments, "start_line/line_count work with encoding utf-8 only");
   if (by_lines && has(params, "offset"))
-    throw SandboxError(codes::kInvalidArgument, "give either offset or start_line, not both");
+    throw SandboxError(codes::kInvalidArguments, "give either offset or start_line, not both");
 
   struct stat st;
   Fd fd(open_regular(path, st));
@@ -438,20 +438,20 @@ void close_files_after_reply() {
 json file_write(const json& params, const FileEnv& env) {
   std::string path = file_param_path(params, "path", env.cwd);
   if (!params.contains("content") || !params["content"].is_string())
-    throw SandboxError(codes::kInvalidArgument, "content is required and must be a string");
+    throw SandboxError(codes::kInvalidArguments, "content is required and must be a string");
   std::string encoding = param_string(params, "encoding", "utf-8");
   std::string mode = param_string(params, "mode", "overwrite");
   if (mode != "overwrite" && mode != "append" && mode != "create")
-    throw SandboxError(codes::kInvalidArgument, "mode must be \"overwrite\", \"append\" or \"create\"");
+    throw SandboxError(codes::kInvalidArguments, "mode must be \"overwrite\", \"append\" or \"create\"");
   std::string decoded;
   const std::string* data = &params["content"].get_ref<const std::string&>();
   if (encoding == "base64") {
     auto bytes = base64_decode(*data);
-    if (!bytes) throw SandboxError(codes::kInvalidArgument, "content is not valid base64");
+    if (!bytes) throw SandboxError(codes::kInvalidArguments, "content is not valid base64");
     decoded = std::move(*bytes);
     data = &decoded;
   } else if (encoding != "utf-8") {
-    throw SandboxError(codes::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\"");
+    throw SandboxError(codes::kInvalidArguments, "encoding must be \"utf-8\" or \"base64\"");
   }
   bool sync = params.value("sync", false);
 
@@ -467,14 +467,14 @@ json file_write(const json& params, const FileEnv& env) {
   if (exists && mode == "create")
     throw SandboxError(codes::kFileExists, path + " already exists; use mode \"overwrite\" to replace it");
   if (exists && !S_ISREG(st.st_mode))
-    throw SandboxError(codes::kInvalidArgument, path + " is not a regular file (a device, FIFO or socket)");
+    throw SandboxError(codes::kInvalidArguments, path + " is not a regular file (a device, FIFO or socket)");
   // An atomic replace would succeed on a read-only file (only the directory
   // is written); refuse it as `echo > file` would.
   if (exists && access(target.c_str(), W_OK) != 0) throw file_error(errno, "cannot write", path);
   std::uint64_t final_size = data->size() + (mode == "append" && exists ? static_cast<std::uint64_t>(st.st_size) : 0);
   std::uint64_t max = max_file_bytes();
   if (final_size > max)
-    throw SandboxError(codes::kTooLarge, path + " would be " + std::to_string(final_size) +
+    throw SandboxError(codes::kFileTooLarge, path + " would be " + std::to_string(final_size) +
                                              " bytes; the sandbox's file size limit is " + std::to_string(max));
   if (!exists) {
     struct stat parent;
@@ -597,19 +597,19 @@ std::string edit_diff(const std::string& path, const std::string& before, const 
 json file_edit(const json& params, const FileEnv& env) {
   std::string path = file_param_path(params, "path", env.cwd);
   if (!params.contains("old_string") || !params["old_string"].is_string() || params["old_string"].get_ref<const std::string&>().empty())
-    throw SandboxError(codes::kInvalidArgument, "old_string is required and must not be empty");
+    throw SandboxError(codes::kInvalidArguments, "old_string is required and must not be empty");
   if (!params.contains("new_string") || !params["new_string"].is_string())
-    throw SandboxError(codes::kInvalidArgument, "new_string is required (it may be empty)");
+    throw SandboxError(codes::kInvalidArguments, "new_string is required (it may be empty)");
   const std::string& old_string = params["old_string"].get_ref<const std::string&>();
   const std::string& new_string = params["new_string"].get_ref<const std::string&>();
-  if (old_string == new_string) throw SandboxError(codes::kInvalidArgument, "old_string and new_string are the same");
+  if (old_string == new_string) throw SandboxError(codes::kInvalidArguments, "old_string and new_string are the same");
   bool replace_all = params.value("replace_all", false);
 
   std::string target = writable_target(path);
   struct stat st;
   Fd fd(open_regular(target, st));
   if (static_cast<std::uint64_t>(st.st_size) > kMaxEditBytes)
-    throw SandboxError(codes::kTooLarge, path + " is " + std::to_string(st.st_size) + " bytes; file_edit works on files up to " +
+    throw SandboxError(codes::kFileTooLarge, path + " is " + std::to_string(st.st_size) + " bytes; file_edit works on files up to " +
                                              std::to_string(kMaxEditBytes) + " bytes (use exec with sed for bigger ones)");
   std::string before = pread_some(fd.fd, 0, kMaxEditBytes + 1, path);
   if (!looks_text(before, false))
@@ -623,13 +623,13 @@ json file_edit(const json& params, const FileEnv& env) {
     if (before.find("\r\n") != std::string::npos && old_string.find('\n') != std::string::npos &&
         old_string.find("\r\n") == std::string::npos)
       hint = "the file has CRLF line endings; write \\r\\n in old_string";
-    throw SandboxError(codes::kNotFoundInFile, "old_string was not found in " + path + " (0 matches); " + hint);
+    throw SandboxError(codes::kNoMatch, "old_string was not found in " + path + " (0 matches); " + hint);
   }
   if (positions.size() > 1 && !replace_all) {
     std::string lines;
     for (std::size_t i = 0; i < positions.size() && i < 10; ++i)
       lines += (i ? ", " : "") + std::to_string(1 + std::count(before.begin(), before.begin() + static_cast<long>(positions[i]), '\n'));
-    throw SandboxError(codes::kNotUnique, "old_string occurs " + std::to_string(positions.size()) + " times in " + path +
+    throw SandboxError(codes::kAmbiguousMatch, "old_string occurs " + std::to_string(positions.size()) + " times in " + path +
                                               " (lines " + lines + (positions.size() > 10 ? ", ..." : "") +
                                               "); include more surrounding text to pick one, or pass replace_all: true");
   }
@@ -642,7 +642,7 @@ json file_edit(const json& params, const FileEnv& env) {
     at = p + old_string.size();
   }
   after.append(before, at, std::string::npos);
-  if (after.size() > max_file_bytes()) throw SandboxError(codes::kTooLarge, "the edited file would exceed the file size limit");
+  if (after.size() > max_file_bytes()) throw SandboxError(codes::kFileTooLarge, "the edited file would exceed the file size limit");
   if (access(target.c_str(), W_OK) != 0) throw file_error(errno, "cannot write", path);
   {
     BlockFileSizeSignal guard;
@@ -674,18 +674,25 @@ void register_file_methods(MethodTable& table, SessionResolver resolve, const Ag
     e.inline_chars = config.inline_output_chars;
     return e;
   };
-  auto bind = [&table, env](const char* method, json (*op)(const json&, const FileEnv&)) {
-    table[method] = [env, op](AgentRequest& r) { return op(r.params(), env(r.params())); };
+  // Every file method's error names the session's cwd when a relative path led there.
+  auto bind = [&table, env](const char* method, std::function<json(AgentRequest&, const FileEnv&)> op) {
+    table[method] = [env, op](AgentRequest& r) {
+      FileEnv e = env(r.params());
+      try {
+        return op(r, e);
+      } catch (const SandboxError& error) {
+        throw with_cwd_note(error, r.params(), e.cwd);
+      }
+    };
   };
-  bind("file.read", file_read);
-  bind("file.write", file_write);
-  bind("file.edit", file_edit);
-  bind("file.stat", file_stat);
-  bind("file.mkdir", file_mkdir);
-  bind("file.delete", file_delete);
-  bind("file.move", file_move);
-  bind("file.list", file_list);
-  table["file.search"] = [env](AgentRequest& r) { return file_search(r, env(r.params())); };
+  using Op = json (*)(const json&, const FileEnv&);
+  const std::pair<const char*, Op> ops[] = {{"file.read", file_read},   {"file.write", file_write},
+                                            {"file.edit", file_edit},   {"file.stat", file_stat},
+                                            {"file.mkdir", file_mkdir}, {"file.delete", file_delete},
+                                            {"file.move", file_move},   {"file.list", file_list}};
+  for (const auto& [method, op] : ops)
+    bind(method, [op = op](AgentRequest& r, const FileEnv& e) { return op(r.params(), e); });
+  bind("file.search", file_search);
 }
 
 }  // namespace agentbox::sandbox

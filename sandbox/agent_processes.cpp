@@ -181,8 +181,13 @@ json ProcessTable::start(const json& params) {
   SessionContext session = resolve_(param_string(params, "session", "default"));
   std::string cwd = resolve_path(session.cwd, param_string(params, "cwd", ""));
   struct stat st;
-  if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw SandboxError(codes::kInvalidCwd, "working directory '" + cwd + "' does not exist or is not a directory");
+  if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::string given = param_string(params, "cwd", "");
+    throw SandboxError(codes::kInvalidCwd, "working directory '" + cwd + "' does not exist or is not a directory" +
+                                               (!given.empty() && given[0] != '/'
+                                                    ? " (a relative cwd resolves against the session's cwd " + session.cwd + ")"
+                                                    : ""));
+  }
   std::string prefix;
   for (const auto& [name, value] : param_env(params)) prefix += name + "=" + shell_quote(value) + " ";
 
@@ -202,7 +207,7 @@ json ProcessTable::start(const json& params) {
       }
     }
     if (background >= kMaxBackground)
-      throw SandboxError(codes::kInvalidArgument, "this sandbox already runs " + std::to_string(kMaxBackground) +
+      throw SandboxError(codes::kInvalidArguments, "this sandbox already runs " + std::to_string(kMaxBackground) +
                                                       " background processes; stop some with process_kill");
     record->id = "proc-" + std::to_string(next_id_++);
   }
@@ -264,7 +269,7 @@ json ProcessTable::output(AgentRequest& request) {
     try {
       pattern.emplace(pattern_text, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
-      throw SandboxError(codes::kInvalidArgument, "pattern is not a valid regular expression: " + std::string(e.what()));
+      throw SandboxError(codes::kInvalidArguments, "pattern is not a valid regular expression: " + std::string(e.what()));
     }
   }
   std::size_t budget = config_.inline_output_chars;
@@ -309,7 +314,7 @@ json ProcessTable::wait(AgentRequest& request) {
   auto record = find(params);
   auto timeout = std::chrono::milliseconds(std::clamp<std::int64_t>(param_int(params, "timeout_ms", 30'000), 0, 3'600'000));
   int port = static_cast<int>(param_int(params, "port", 0));
-  if (port < 0 || port > 65535) throw SandboxError(codes::kInvalidArgument, "port must be between 1 and 65535");
+  if (port < 0 || port > 65535) throw SandboxError(codes::kInvalidArguments, "port must be between 1 and 65535");
   auto deadline = Clock::now() + timeout;
   request.on_cancel([record, this] {
     std::lock_guard inner(mutex_);
@@ -342,11 +347,18 @@ json ProcessTable::kill(const json& params) {
   int sig = SIGTERM;
   if (params.contains("signal") && !params["signal"].is_null()) {
     const json& s = params["signal"];
+    // The schema takes a string (no union types: docs/protocol.md, "Tool
+    // schemas"), so a number comes as "9"; an integer is still understood.
     sig = s.is_number_integer() ? s.get<int>() : s.is_string() ? signal_number(s.get<std::string>()) : 0;
+    if (s.is_string() && sig == 0) {
+      const auto& text = s.get_ref<const std::string&>();
+      if (!text.empty() && text.size() <= 2 && text.find_first_not_of("0123456789") == std::string::npos)
+        sig = std::stoi(text);
+    }
     if (sig <= 0 || sig >= 65)
-      throw SandboxError(codes::kInvalidArgument, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
+      throw SandboxError(codes::kInvalidArguments, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
   }
-  if (!record->background) throw SandboxError(codes::kInvalidArgument, record->id + " is the output of a finished exec");
+  if (!record->background) throw SandboxError(codes::kInvalidArguments, record->id + " is the output of a finished exec");
   if (record->reaper <= 0) {
     // Lost at a teardown: nothing to signal (and kill(-1) would hit everything).
   } else if (sig == SIGKILL) {
@@ -374,7 +386,7 @@ json ProcessTable::write(const json& params) {
     std::lock_guard lock(mutex_);
     fd = record->stdin_fd;
   }
-  if (fd < 0) throw SandboxError(codes::kInvalidArgument, "the stdin of " + record->id + " is already closed");
+  if (fd < 0) throw SandboxError(codes::kInvalidArguments, "the stdin of " + record->id + " is already closed");
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   std::size_t written = 0;
   auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -423,7 +435,7 @@ void ProcessTable::add_exec_output(const std::string& id, const std::string& com
 
 json ProcessTable::adopt_lost(const json& params) {
   if (!params.contains("processes") || !params["processes"].is_array())
-    throw SandboxError(codes::kInvalidArgument, "process.adopt_lost needs a processes array");
+    throw SandboxError(codes::kInvalidArguments, "process.adopt_lost needs a processes array");
   std::lock_guard lock(mutex_);
   for (const auto& p : params["processes"]) {
     std::string id = require_string(p, "process_id");

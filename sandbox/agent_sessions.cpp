@@ -206,7 +206,7 @@ json Sessions::create(const json& params) {
     }
   }
   if (name.size() > 64 || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != std::string::npos)
-    throw SandboxError(codes::kInvalidArgument, "session names use letters, digits, '.', '_' and '-' (at most 64)");
+    throw SandboxError(codes::kInvalidArguments, "session names use letters, digits, '.', '_' and '-' (at most 64)");
   std::string cwd = resolve_path("/workspace", param_string(params, "cwd", "/workspace"));
   struct stat st;
   if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -231,7 +231,7 @@ std::vector<std::string> Sessions::names() {
 
 json Sessions::remove(const json& params) {
   std::string name = require_string(params, "session");
-  if (name == "default") throw SandboxError(codes::kInvalidArgument, "the default session always exists and cannot be deleted");
+  if (name == "default") throw SandboxError(codes::kInvalidArguments, "the default session always exists and cannot be deleted");
   auto s = get(name);
   {
     std::lock_guard lock(mutex_);
@@ -280,7 +280,7 @@ json Sessions::export_state() {
 
 json Sessions::import_state(const json& params) {
   if (!params.contains("sessions") || !params["sessions"].is_array())
-    throw SandboxError(codes::kInvalidArgument, "session.import needs a sessions array");
+    throw SandboxError(codes::kInvalidArguments, "session.import needs a sessions array");
   for (const auto& entry : params["sessions"]) {
     std::string name = require_string(entry, "session");
     std::string cwd = param_string(entry, "cwd", "/workspace");
@@ -447,7 +447,10 @@ json Sessions::exec(AgentRequest& request) {
     struct stat st;
     if (stat(cwd_override.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw SandboxError(codes::kInvalidCwd,
-                         "working directory '" + cwd_override + "' does not exist or is not a directory");
+                         "working directory '" + cwd_override + "' does not exist or is not a directory" +
+                             (params["cwd"].get<std::string>().rfind('/', 0) != 0
+                                  ? " (a relative cwd resolves against the session's cwd " + base + ")"
+                                  : ""));
   }
   if (s->shell.reaper <= 0) start_shell(*s);
   struct Touch {

@@ -1,5 +1,6 @@
 #include "sandbox/file_paths.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -71,14 +72,14 @@ std::pair<std::string, std::string> resolve_parent(const std::string& absolute) 
 
 std::string file_param_path(const nlohmann::json& params, const char* name, const std::string& cwd) {
   if (!params.is_object() || !params.contains(name) || !params[name].is_string())
-    throw SandboxError(codes::kInvalidArgument, std::string(name) + " is required and must be a string");
+    throw SandboxError(codes::kInvalidArguments, std::string(name) + " is required and must be a string");
   std::string path = params[name].get<std::string>();
-  if (path.empty()) throw SandboxError(codes::kInvalidPath, std::string(name) + " is empty; name a file or directory");
+  if (path.empty()) throw SandboxError(codes::kInvalidArguments, std::string(name) + " is empty; name a file or directory");
   if (path.find('\0') != std::string::npos)
-    throw SandboxError(codes::kInvalidPath, std::string(name) + " contains a NUL byte, which no file name can hold");
+    throw SandboxError(codes::kInvalidArguments, std::string(name) + " contains a NUL byte, which no file name can hold");
   if (path[0] != '/') path = join(cwd, path);
   if (path.size() >= PATH_MAX)
-    throw SandboxError(codes::kInvalidPath, std::string(name) + " is " + std::to_string(path.size()) +
+    throw SandboxError(codes::kInvalidArguments, std::string(name) + " is " + std::to_string(path.size()) +
                                                 " bytes long; paths are limited to " + std::to_string(PATH_MAX - 1));
   return path;
 }
@@ -136,22 +137,37 @@ std::string writable_entry(const std::string& path, bool allow_roots) {
 SandboxError file_error(int err, const std::string& what, const std::string& path) {
   std::string message = what + " " + path + ": " + std::strerror(err);
   switch (err) {
-    case ENOENT: return SandboxError(codes::kFileNotFound, message);
+    case ENOENT: return SandboxError(codes::kFileNotFound, path + " does not exist");
     case EACCES:
     case EPERM: return SandboxError(codes::kPermissionDenied, message);
     case EEXIST: return SandboxError(codes::kFileExists, message);
     case EISDIR: return SandboxError(codes::kIsDirectory, message);
-    case ENOTDIR: return SandboxError(codes::kNotADirectory, message + " (a component of the path is a file)");
+    case ENOTDIR: return SandboxError(codes::kNotDirectory, message + " (a component of the path is a file)");
     case ENOTEMPTY: return SandboxError(codes::kDirectoryNotEmpty, message);
     case ELOOP: return SandboxError(codes::kSymlinkLoop, message);
-    case ENAMETOOLONG: return SandboxError(codes::kInvalidPath, message + " (a name is limited to 255 bytes)");
+    case ENAMETOOLONG: return SandboxError(codes::kInvalidArguments, message + " (a name is limited to 255 bytes)");
     case EROFS: return SandboxError(codes::kPathOutsideSandbox, message + "; only " + writable_list() + " are writable");
     case ENOSPC:
     case EDQUOT: return SandboxError(codes::kNoSpace, message);
-    case EFBIG: return SandboxError(codes::kTooLarge, message + " (the sandbox's file size limit)");
+    case EFBIG: return SandboxError(codes::kFileTooLarge, message + " (the sandbox's file size limit)");
     case EBUSY: return SandboxError(codes::kPermissionDenied, message + " (a mount point)");
     default: return SandboxError(codes::kIoError, message);
   }
+}
+
+SandboxError with_cwd_note(const SandboxError& error, const nlohmann::json& params, const std::string& cwd) {
+  static const std::string kAbout[] = {codes::kFileNotFound, codes::kIsDirectory, codes::kNotDirectory,
+                                       codes::kFileExists};
+  if (std::find(std::begin(kAbout), std::end(kAbout), error.code()) == std::end(kAbout)) return error;
+  for (const char* name : {"path", "from", "to"}) {
+    auto it = params.is_object() ? params.find(name) : params.end();
+    if (it == params.end() || !it->is_string()) continue;
+    const auto& value = it->get_ref<const std::string&>();
+    if (!value.empty() && value[0] != '/')
+      return SandboxError(error.code(),
+                          std::string(error.what()) + " (relative paths resolve against the session's cwd " + cwd + ")");
+  }
+  return error;
 }
 
 const char* file_type(mode_t mode) {

@@ -19,29 +19,11 @@
 
 namespace agentbox::sandbox {
 
-namespace codes {
-inline constexpr const char* kFileNotFound = "FILE_NOT_FOUND";
-inline constexpr const char* kIsDirectory = "IS_DIRECTORY";
-inline constexpr const char* kNotADirectory = "NOT_A_DIRECTORY";
-inline constexpr const char* kPermissionDenied = "PERMISSION_DENIED";
-inline constexpr const char* kFileExists = "FILE_EXISTS";
-inline constexpr const char* kNotUnique = "NOT_UNIQUE";
-inline constexpr const char* kNotFoundInFile = "NOT_FOUND_IN_FILE";
-inline constexpr const char* kBinaryFile = "BINARY_FILE";
-inline constexpr const char* kPathOutsideSandbox = "PATH_OUTSIDE_SANDBOX";  // outside the writable areas
-inline constexpr const char* kInvalidPath = "INVALID_PATH";                // NUL byte, too long, empty
-inline constexpr const char* kTooLarge = "TOO_LARGE";
-inline constexpr const char* kSymlinkLoop = "SYMLINK_LOOP";
-inline constexpr const char* kDirectoryNotEmpty = "DIRECTORY_NOT_EMPTY";
-inline constexpr const char* kNoSpace = "NO_SPACE";
-inline constexpr const char* kIoError = "IO_ERROR";
-}  // namespace codes
-
 // Where tools may write, as the sandbox mounts them (bwrap_plan.cpp).
 inline constexpr const char* kWritableRoots[] = {"/workspace", "/home/user", "/tmp"};
 
 // The path argument `name` of params, made absolute against cwd and checked
-// (no NUL byte, not empty, at most PATH_MAX). Throws INVALID_PATH.
+// (no NUL byte, not empty, at most PATH_MAX). Throws INVALID_ARGUMENTS.
 std::string file_param_path(const nlohmann::json& params, const char* name, const std::string& cwd);
 
 // Lexically normalised absolute path: "." and ".." and repeated "/" removed
@@ -61,6 +43,11 @@ std::string writable_entry(const std::string& path, bool allow_roots = false);
 // A SandboxError for a failed system call on path, with the code a model can
 // act on (ENOENT -> FILE_NOT_FOUND, EACCES -> PERMISSION_DENIED, ...).
 SandboxError file_error(int err, const std::string& what, const std::string& path);
+
+// error, with the session's cwd named when the call gave a relative path
+// (`path`, `from` or `to`) and the error is about where that path led: a
+// model that meant another directory then sees which one was used.
+SandboxError with_cwd_note(const SandboxError& error, const nlohmann::json& params, const std::string& cwd);
 
 // "file", "directory", "symlink" or "other" (DESIGN.md section 8).
 const char* file_type(mode_t mode);

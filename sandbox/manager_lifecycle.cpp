@@ -170,7 +170,7 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
     catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_.clear();
-    throw SandboxError(codes::kRestoreFailed, std::string(e.what()) + "; nothing was changed");
+    throw SandboxError(codes::kSnapshotCorrupt, std::string(e.what()) + "; nothing was changed");
   }
   {
     std::lock_guard lock(sandbox.mutex_);

@@ -56,6 +56,11 @@ void Call::release_order() {
   if (order_key_ && !order_released_.exchange(true)) dispatcher_.release_lane(*order_key_);
 }
 
+void Call::on_oversized(Oversized fn) {
+  std::lock_guard lock(mutex_);
+  oversized_ = std::move(fn);
+}
+
 void Call::finish(json message, const char* outcome) {
   std::lock_guard lock(mutex_);
   if (replied_) {
@@ -80,13 +85,19 @@ void Call::finish(json message, const char* outcome) {
   if (text.size() > dispatcher_.options_.max_message_bytes) {
     rpc_log()->error("{}({}) produced a {} byte reply, over the {} byte limit", method(), id().dump(), text.size(),
                      dispatcher_.options_.max_message_bytes);
-    message = rpc::make_error(
-        id(), {rpc::ErrorCode::InternalError,
-               "internal error: the result (" + std::to_string(text.size()) + " bytes) is larger than the " +
-                   std::to_string(dispatcher_.options_.max_message_bytes) + " byte message limit",
-               nullptr});
+    if (oversized_ && message.contains("result")) {
+      json result = oversized_(text.size(), dispatcher_.options_.max_message_bytes);
+      if (modern() && result.is_object()) result["resultType"] = "complete";
+      message = rpc::make_result(id(), std::move(result));
+    } else {
+      message = rpc::make_error(
+          id(), {rpc::ErrorCode::InternalError,
+                 "internal error: the result (" + std::to_string(text.size()) + " bytes) is larger than the " +
+                     std::to_string(dispatcher_.options_.max_message_bytes) + " byte message limit",
+                 nullptr});
+      outcome = "error";
+    }
     text = rpc::serialize(message);
-    outcome = "error";
   }
   // A reply the host could read in one chunk with the last progress
   // notification waits for the pacer (a dropped call, answered from the

@@ -66,6 +66,11 @@ class Call : public std::enable_shared_from_this<Call> {
 
   void reply(json result);
   void reply_error(const rpc::Error& error);
+  // The result to send instead of one whose reply would exceed the message
+  // limit; without it such a reply becomes -32603. tools/call answers with an
+  // error result instead (docs/protocol.md, "Error results").
+  using Oversized = std::function<json(std::size_t bytes, std::size_t limit)>;
+  void on_oversized(Oversized fn);
 
   // Reports progress when the request carried a progressToken. Paced
   // (docs/protocol.md, "Progress"): nothing in a call's first
@@ -130,6 +135,7 @@ class Call : public std::enable_shared_from_this<Call> {
   // Ordering.
   std::optional<std::string> order_key_;
   std::atomic<bool> order_released_{false};
+  Oversized oversized_;
 };
 
 class Dispatcher {

@@ -2,6 +2,7 @@
 
 #include "server/conversation.h"
 #include "server/logging.h"
+#include "sandbox/errors.h"
 
 #include <spdlog/spdlog.h>
 
@@ -35,13 +36,43 @@ class ToolCallContext : public tools::CallContext {
   std::string conversation_;
 };
 
-// Moves the result in: structuredContent may hold a megabyte page.
+// Moves the result in: structuredContent may hold a megabyte page. An error
+// has no structuredContent (the SDK would check it against the outputSchema
+// and throw -32602 in the host); its object goes in _meta (docs/protocol.md,
+// "Error results").
 json call_tool_result(tools::ToolResult result) {
   json out = json::object();
   out["content"] = json::array({json{{"type", "text"}, {"text", std::move(result.text)}}});
-  out["structuredContent"] = std::move(result.structured);
+  if (result.is_error)
+    out["_meta"] = json{{"agentbox/error", std::move(result.error_object)}};
+  else
+    out["structuredContent"] = std::move(result.structured);
   out["isError"] = result.is_error;
   return out;
+}
+
+// "arguments.bogus is not a known argument (file_read takes path, encoding, ...)":
+// an argument error says what to send instead.
+std::string argument_message(const json& definition, const tools::ValidationError& invalid) {
+  std::string message = invalid.field + " " + invalid.message;
+  if (invalid.message == "is not a known argument") {
+    std::string known;
+    const json properties = definition["inputSchema"].value("properties", json::object());
+    for (const auto& [name, schema] : properties.items()) known += (known.empty() ? "" : ", ") + name;
+    message += " (" + definition.value("name", "") + " takes " + known + ")";
+  }
+  return message;
+}
+
+// A known tool named with `arguments` that is not an object: an argument error
+// like any other, not -32602.
+const tools::Registry::Entry* tool_with_bad_arguments(const tools::Registry& registry, const json& params) {
+  if (!params.is_object()) return nullptr;
+  auto arguments = params.find("arguments");
+  auto name = params.find("name");
+  if (arguments == params.end() || arguments->is_object() || arguments->is_null()) return nullptr;
+  if (name == params.end() || !name->is_string()) return nullptr;
+  return registry.find(name->get_ref<const std::string&>());
 }
 
 }  // namespace
@@ -107,10 +138,6 @@ void McpServer::initialize(const std::shared_ptr<Call>& call) {
   std::string version = is_supported_initialize_version(params.protocol_version)
                             ? params.protocol_version
                             : std::string(kInitializeVersions.front());
-  {
-    std::lock_guard lock(mutex_);
-    negotiated_version_ = version;
-  }
   spdlog::info("initialize from {} {} asking {}, speaking {}", params.client_info.name, params.client_info.version,
                params.protocol_version, version);
   call->reply(json{{"protocolVersion", version},
@@ -153,30 +180,43 @@ void McpServer::list_tools(const std::shared_ptr<Call>& call) {
   call->reply(std::move(result));
 }
 
-bool McpServer::argument_errors_are_results(const Call& call) const {
-  if (call.modern()) return true;
-  std::lock_guard lock(mutex_);
-  return negotiated_version_ >= "2025-11-25";
-}
-
 void McpServer::call_tool(const std::shared_ptr<Call>& call) {
+  auto answer = [call](tools::ToolResult result) { call->reply(call_tool_result(std::move(result))); };
+  // Whatever a result holds, it is answered as a result: one over the
+  // message limit becomes an INTERNAL error result, not -32603.
+  call->on_oversized([](std::size_t bytes, std::size_t limit) {
+    return call_tool_result(tools::ToolResult::error(
+        sandbox::codes::kInternal, "the result (" + std::to_string(bytes) + " bytes) is larger than the " +
+                                       std::to_string(limit) + " byte message limit; ask for less at a time"));
+  });
+  if (tool_with_bad_arguments(registry_, call->params())) {
+    answer(tools::ToolResult::error(sandbox::codes::kInvalidArguments, "arguments must be an object",
+                                    json{{"field", "arguments"}}));
+    return;
+  }
   CallToolParams params = parse_call_tool_params(call->params());
   const auto* tool = registry_.find(params.name);
   if (!tool)
     throw ProtocolError(rpc::ErrorCode::InvalidParams, "unknown tool: " + params.name,
                         json{{"field", "params.name"}, {"name", params.name}});
+  // Argument errors are error results in every protocol era: a model can
+  // correct one, while Codex shows a -32602 as a backtrace.
   if (auto invalid = registry_.validate(*tool, params.arguments)) {
-    std::string message = "invalid arguments for " + params.name + ": " + invalid->field + ": " + invalid->message;
-    if (!argument_errors_are_results(*call))
-      throw ProtocolError(rpc::ErrorCode::InvalidParams, message, json{{"field", invalid->field}});
-    call->reply(call_tool_result(
-        tools::ToolResult::error("INVALID_ARGUMENTS", message, json{{"field", invalid->field}})));
+    answer(tools::ToolResult::error(sandbox::codes::kInvalidArguments,
+                                    argument_message(registry_.definition(*tool), *invalid),
+                                    json{{"field", invalid->field}}));
     return;
   }
   std::string conversation = resolve_conversation(params.arguments, call->meta().raw, options_.default_conversation);
   auto context = std::make_shared<ToolCallContext>(call, conversation);
-  tools::ToolReply reply(params.name, [call](tools::ToolResult result) { call->reply(call_tool_result(std::move(result))); });
-  registry_.function(*tool)(params.arguments, context, reply);
+  tools::ToolReply reply(params.name, answer);
+  try {
+    registry_.function(*tool)(params.arguments, context, reply);
+  } catch (const std::exception& e) {
+    // A tool that throws is a server bug; the model still gets a result.
+    spdlog::error("tool {} failed: {}", params.name, e.what());
+    reply(tools::ToolResult::error(sandbox::codes::kInternal, std::string("the tool failed: ") + e.what()));
+  }
 }
 
 }  // namespace agentbox::server

@@ -6,7 +6,6 @@
 #include "server/dispatcher.h"
 #include "tools/registry.h"
 
-#include <mutex>
 #include <string>
 
 namespace agentbox::server {
@@ -33,15 +32,10 @@ class McpServer {
 
   json capabilities() const;
   json server_info() const;
-  // Whether tool argument errors are tool results (SEP-1303, from 2025-11-25)
-  // rather than -32602 protocol errors.
-  bool argument_errors_are_results(const Call& call) const;
 
   Dispatcher& dispatcher_;
   const tools::Registry& registry_;
   McpOptions options_;
-  mutable std::mutex mutex_;
-  std::string negotiated_version_;
 };
 
 }  // namespace agentbox::server

@@ -84,11 +84,24 @@ ValidationError describe(const json& input_schema, std::string field, const std:
   // valijson prints bounds as doubles ("3600000.000000"): the schema's own
   // numbers read better.
   const json* schema = schema_at(input_schema, field);
-  if (schema && raw.find("less than or equal to") != std::string::npos && schema->contains("maximum"))
+  auto has = [schema](const char* key) { return schema && schema->contains(key); };
+  if (raw.find("less than or equal to") != std::string::npos && has("maximum"))
     return {field, "must be less than or equal to " + (*schema)["maximum"].dump()};
-  if (schema && raw.find("greater than or equal to") != std::string::npos && schema->contains("minimum"))
+  if (raw.find("greater than or equal to") != std::string::npos && has("minimum"))
     return {field, "must be greater than or equal to " + (*schema)["minimum"].dump()};
-  return {field, raw};
+  if (raw.find("enum") != std::string::npos && has("enum")) {
+    std::string values;
+    for (const auto& v : (*schema)["enum"]) values += (values.empty() ? "" : ", ") + v.dump();
+    return {field, "must be one of " + values};
+  }
+  if (raw.find("no fewer than") != std::string::npos && has("minLength"))
+    return {field, (*schema)["minLength"] == 1 ? std::string("must not be empty")
+                                                : "must have at least " + (*schema)["minLength"].dump() + " characters"};
+  if (raw.find("no more than") != std::string::npos && has("maxLength"))
+    return {field, "must have at most " + (*schema)["maxLength"].dump() + " characters"};
+  if (raw.find("'pattern'") != std::string::npos && has("pattern"))
+    return {field, "must match " + (*schema)["pattern"].dump()};
+  return {field, "is not valid: " + raw};
 }
 
 }  // namespace

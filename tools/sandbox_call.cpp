@@ -14,11 +14,18 @@ json agent_params(const json& arguments) {
   return params;
 }
 
-ToolResult error_result(const SandboxError& error) { return ToolResult::error(error.code(), error.what()); }
+ToolResult error_result(const SandboxError& error) {
+  // Codes from the box's agent are untrusted: outside the vocabulary, INTERNAL.
+  if (!sandbox::codes::known(error.code())) {
+    spdlog::warn("the sandbox reported an unknown error code; shown as INTERNAL");
+    return ToolResult::error(sandbox::codes::kInternal, error.what());
+  }
+  return ToolResult::error(error.code(), error.what());
+}
 
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
   if (!services.sandboxes) {
-    reply(ToolResult::error("SANDBOX_UNAVAILABLE", "this server was started without sandbox support"));
+    reply(ToolResult::error(sandbox::codes::kSandboxUnavailable, "this server was started without sandbox support"));
     return nullptr;
   }
   try {
@@ -57,7 +64,14 @@ bool send_call(const std::shared_ptr<sandbox::Lease>& lease, const std::shared_p
       reply(error_result(*outcome.error));
       return;
     }
-    ToolResult result = format(std::move(outcome.result));
+    ToolResult result;
+    try {
+      result = format(std::move(outcome.result));
+    } catch (const std::exception& e) {
+      // A result of the wrong shape comes from the box, not from the model.
+      spdlog::warn("a sandbox result could not be read: {}", e.what());
+      result = ToolResult::error(sandbox::codes::kInternal, "the sandbox sent a result that could not be read");
+    }
     if (!lease->notice().empty() && !result.is_error) {
       result.structured["notice"] = lease->notice();
       result.text = "Note: " + lease->notice() + "\n" + result.text;

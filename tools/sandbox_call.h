@@ -2,7 +2,7 @@
 // sandbox may have to start, which takes tens of milliseconds), lease the
 // sandbox from the manager, call the agent, and turn the outcome into a
 // ToolResult. Sandbox errors become error results carrying their code
-// (DESIGN.md section 8); a restart notice is passed on to the model.
+// (docs/protocol.md, "Error results"); a restart notice is passed on to the model.
 #pragma once
 
 #include "sandbox/manager.h"

@@ -1,5 +1,7 @@
 #include "tools/tool.h"
 
+#include "sandbox/errors.h"
+
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -7,13 +9,15 @@
 namespace agentbox::tools {
 
 ToolResult ToolResult::ok(json structured, std::string text) {
-  return ToolResult{std::move(structured), std::move(text), false};
+  return ToolResult{std::move(structured), std::move(text), false, nullptr};
 }
 
 ToolResult ToolResult::error(std::string code, std::string message, json details) {
-  json err = {{"code", code}, {"message", message}};
-  if (!details.is_null()) err["details"] = std::move(details);
-  return ToolResult{json{{"error", std::move(err)}}, std::move(message), true};
+  json err = json::object();
+  if (details.is_object()) err = std::move(details);
+  err["code"] = code;
+  err["message"] = message;
+  return ToolResult{nullptr, code + ": " + message, true, std::move(err)};
 }
 
 struct ToolReply::State {
@@ -23,7 +27,7 @@ struct ToolReply::State {
 
   ~State() {
     if (!replied.load())
-      sink(ToolResult::error("INTERNAL", "tool '" + tool + "' finished without an answer (a server bug)"));
+      sink(ToolResult::error(sandbox::codes::kInternal, "tool '" + tool + "' finished without an answer (a server bug)"));
   }
 };
 

@@ -16,14 +16,19 @@ namespace agentbox::tools {
 using json = nlohmann::json;
 
 // The outcome of a tool call. A command that ran and failed is still ok();
-// error() is for calls that could not do their work (DESIGN.md section 8).
+// error() is for calls that could not do their work (docs/design.md). An
+// error has no structured result: the SDK checks structuredContent against the
+// outputSchema even on errors, so the error object travels in the result's
+// _meta (docs/protocol.md, "Error results").
 struct ToolResult {
-  json structured = json::object();  // matches the tool's outputSchema, or {"error":{...}}
-  std::string text;                  // short human-readable summary shown to the model
+  json structured = json::object();  // ok(): matches the tool's outputSchema
+  std::string text;                  // shown to the model; for an error "CODE: message"
   bool is_error = false;
+  json error_object;                 // error(): {code, message, ...details}
 
   static ToolResult ok(json structured, std::string text);
-  // code is one of the documented error codes (FILE_NOT_FOUND, SESSION_NOT_FOUND, ...).
+  // code is one of the documented error codes (FILE_NOT_FOUND, SESSION_NOT_FOUND, ...);
+  // details (an object) adds fields to the error object, e.g. {"field": "arguments.path"}.
   static ToolResult error(std::string code, std::string message, json details = nullptr);
 };
 

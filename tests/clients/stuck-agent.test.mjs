@@ -71,7 +71,7 @@ test('a frozen sandbox does not hold up the server or other conversations', { ti
   process.kill(frozen[0], 'SIGCONT');
   resumed = true;
   const results = await Promise.all(writes);
-  for (const r of results) assert.ok(!r.isError, JSON.stringify(r.structuredContent));
+  for (const r of results) assert.ok(!r.isError, JSON.stringify(r.content));
   const listed = await call('file_list', { path: '/workspace', conversation: 'frozen' });
   assert.equal(listed.structuredContent.entries.filter((e) => /^\/workspace\/w\d+\.txt$/.test(e.path)).length, 24);
 }));
@@ -94,11 +94,11 @@ test('a frozen sandbox can still be destroyed, and its queued calls fail instead
   const t0 = performance.now();
   const destroyed = await call('sandbox_destroy', { conversation: 'frozen' }, 30_000);
   const took = performance.now() - t0;
-  assert.ok(!destroyed.isError, JSON.stringify(destroyed.structuredContent));
+  assert.ok(!destroyed.isError, JSON.stringify(destroyed.content));
   assert.ok(took < 10_000, `destroy took ${took} ms\n${tail(server.stderr())}`);
   const results = await Promise.all(writes);
   // Each queued write either made it before the sandbox went or fails with a sandbox error.
-  for (const r of results) if (r.isError) assert.match(r.structuredContent.error.code, /^SANDBOX_/);
+  for (const r of results) if (r.isError) assert.match(r._meta?.['agentbox/error']?.code, /^SANDBOX_/);
   await client.ping({ timeout: 2000 });
   const fresh = await call('file_read', { path: '/workspace/a.txt', conversation: 'frozen' });
   assert.ok(fresh.isError, 'a destroyed sandbox comes back empty');

@@ -71,7 +71,7 @@ TEST_CASE("all 256 byte values round trip through base64") {
   CHECK(f.exec("od -An -tx1 -v bin/all.bin | tr -d ' \\n' | head -c 16")["stdout"] == "0001020304050607");
   CHECK(code_of(f, "file.read", {{"path", "bin/all.bin"}}) == codes::kBinaryFile);
   CHECK(message_of(f, "file.read", {{"path", "bin/all.bin"}}).find("base64") != std::string::npos);
-  CHECK(code_of(f, "file.write", {{"path", "x"}, {"content", "%%%"}, {"encoding", "base64"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.write", {{"path", "x"}, {"content", "%%%"}, {"encoding", "base64"}}) == codes::kInvalidArguments);
 }
 
 TEST_CASE("text edge cases: unicode, empty, no trailing newline, CRLF, NUL, long lines") {
@@ -156,9 +156,9 @@ TEST_CASE("line ranges") {
   CHECK(r["truncated"] == true);
   CHECK(f.call("file.read", {{"path", "lines.txt"}, {"start_line", 5}})["content"] == "5\n");
   CHECK(f.call("file.read", {{"path", "lines.txt"}, {"start_line", 9}})["content"] == "");
-  CHECK(code_of(f, "file.read", {{"path", "lines.txt"}, {"start_line", 1}, {"offset", 2}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.read", {{"path", "lines.txt"}, {"start_line", 1}, {"offset", 2}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.read", {{"path", "lines.txt"}, {"start_line", 1}, {"encoding", "base64"}}) ==
-        codes::kInvalidArgument);
+        codes::kInvalidArguments);
 }
 
 TEST_CASE("write modes, parents, kept permissions and read errors") {
@@ -175,18 +175,18 @@ TEST_CASE("write modes, parents, kept permissions and read errors") {
   CHECK(write(f, "/tmp/fresh", "x", {{"sync", true}})["created"] == true);
   CHECK(f.call("file.stat", {{"path", "/tmp/fresh"}})["mode"] == "0644");
   CHECK(code_of(f, "file.write", {{"path", "deep"}, {"content", "x"}}) == codes::kIsDirectory);
-  CHECK(code_of(f, "file.write", {{"path", "deep/er/x.txt/under"}, {"content", "x"}}) == codes::kNotADirectory);
+  CHECK(code_of(f, "file.write", {{"path", "deep/er/x.txt/under"}, {"content", "x"}}) == codes::kNotDirectory);
   CHECK(code_of(f, "file.read", {{"path", "deep"}}) == codes::kIsDirectory);
   CHECK(code_of(f, "file.read", {{"path", "missing.txt"}}) == codes::kFileNotFound);
-  CHECK(code_of(f, "file.read", {{"path", "/dev/null"}}) == codes::kInvalidArgument);
-  CHECK(code_of(f, "file.write", {{"path", "x"}, {"content", "x"}, {"mode", "sideways"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.read", {{"path", "/dev/null"}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.write", {{"path", "x"}, {"content", "x"}, {"mode", "sideways"}}) == codes::kInvalidArguments);
   // No temporary file is left behind.
   CHECK(f.exec("ls -A deep/er")["stdout"] == "x.txt\n");
   // Served on the agent's reader thread: a FIFO must be refused, not waited on.
   f.exec("mkfifo deep/pipe");
-  CHECK(code_of(f, "file.read", {{"path", "deep/pipe"}}) == codes::kInvalidArgument);
-  CHECK(code_of(f, "file.write", {{"path", "deep/pipe"}, {"content", "x"}, {"mode", "append"}}) == codes::kInvalidArgument);
-  CHECK(code_of(f, "file.write", {{"path", "deep/pipe"}, {"content", "x"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.read", {{"path", "deep/pipe"}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.write", {{"path", "deep/pipe"}, {"content", "x"}, {"mode", "append"}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.write", {{"path", "deep/pipe"}, {"content", "x"}}) == codes::kInvalidArguments);
   CHECK(f.call("file.stat", {{"path", "deep/pipe"}})["type"] == "other");
   // A hard link keeps the old content, as after any replace-by-rename.
   f.exec("ln deep/er/x.txt deep/linked");
@@ -204,7 +204,7 @@ TEST_CASE("permission errors are reported as such") {
   CHECK(f.call("file.read", {{"path", "ro"}})["content"] == "ro\n");
   CHECK(code_of(f, "file.write", {{"path", "sealed/new"}, {"content", "x"}}) == codes::kPermissionDenied);
   CHECK(code_of(f, "file.mkdir", {{"path", "sealed/sub"}}) == codes::kPermissionDenied);
-  CHECK(code_of(f, "file.list", {{"path", "sealed/../locked"}}) == codes::kNotADirectory);
+  CHECK(code_of(f, "file.list", {{"path", "sealed/../locked"}}) == codes::kNotDirectory);
 }
 
 TEST_CASE("the file size limit is enforced without harming the agent") {
@@ -213,8 +213,8 @@ TEST_CASE("the file size limit is enforced without harming the agent") {
   SandboxFixture f(options);
   std::string half(600 * 1024, 'a');
   write(f, "big", half);
-  CHECK(code_of(f, "file.write", {{"path", "big"}, {"content", half}, {"mode", "append"}}) == codes::kTooLarge);
-  CHECK(code_of(f, "file.write", {{"path", "big2"}, {"content", half + half}}) == codes::kTooLarge);
+  CHECK(code_of(f, "file.write", {{"path", "big"}, {"content", half}, {"mode", "append"}}) == codes::kFileTooLarge);
+  CHECK(code_of(f, "file.write", {{"path", "big2"}, {"content", half + half}}) == codes::kFileTooLarge);
   CHECK(f.call("file.stat", {{"path", "big"}})["size"] == half.size());
   CHECK(f.exec("echo alive")["stdout"] == "alive\n");
 }
@@ -296,10 +296,10 @@ TEST_CASE("edits: unique, absent, ambiguous, replace_all, diff") {
   std::string ambiguous = message_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "return 1"}, {"new_string", "return 3"}});
   CHECK(ambiguous.find("2 times") != std::string::npos);
   CHECK(ambiguous.find("lines 2, 8") != std::string::npos);
-  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "return 1"}, {"new_string", "x"}}) == codes::kNotUnique);
-  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "return 9"}, {"new_string", "x"}}) == codes::kNotFoundInFile);
-  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "x"}, {"new_string", "x"}}) == codes::kInvalidArgument);
-  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", ""}, {"new_string", "x"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "return 1"}, {"new_string", "x"}}) == codes::kAmbiguousMatch);
+  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "return 9"}, {"new_string", "x"}}) == codes::kNoMatch);
+  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", "x"}, {"new_string", "x"}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.edit", {{"path", "e.py"}, {"old_string", ""}, {"new_string", "x"}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.edit", {{"path", "nope.py"}, {"old_string", "a"}, {"new_string", "b"}}) == codes::kFileNotFound);
   r = f.call("file.edit", {{"path", "e.py"}, {"old_string", "return 1"}, {"new_string", "return 3"}, {"replace_all", true}});
   CHECK(r["replacements"] == 2);
@@ -336,7 +336,7 @@ TEST_CASE("listing: order, hidden entries, depth, caps, symlinks") {
   CHECK(r["entries"].size() == 3);
   CHECK(r["truncated"] == true);
   CHECK(f.call("file.list", json::object())["path"] == "/workspace");
-  CHECK(code_of(f, "file.list", {{"path", "t/z"}}) == codes::kNotADirectory);
+  CHECK(code_of(f, "file.list", {{"path", "t/z"}}) == codes::kNotDirectory);
   CHECK(code_of(f, "file.list", {{"path", "nowhere"}}) == codes::kFileNotFound);
 }
 
@@ -377,7 +377,7 @@ TEST_CASE("stat, mkdir, delete and move, with their refusals") {
   f.call("file.move", {{"from", "from.txt"}, {"to", "to.txt"}, {"overwrite", true}});
   CHECK(f.call("file.read", {{"path", "to.txt"}})["content"] == "from");
   CHECK(code_of(f, "file.move", {{"from", "from.txt"}, {"to", "x"}}) == codes::kFileNotFound);
-  CHECK(code_of(f, "file.move", {{"from", "keep"}, {"to", "keep/inside"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.move", {{"from", "keep"}, {"to", "keep/inside"}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.move", {{"from", "/workspace"}, {"to", "/tmp/ws"}}) == codes::kPermissionDenied);
   CHECK(code_of(f, "file.move", {{"from", "to.txt"}, {"to", "/usr/to.txt"}}) == codes::kPathOutsideSandbox);
   // Across mounts (/workspace and /tmp are separate): a copy, then a delete.
@@ -414,15 +414,15 @@ TEST_CASE("search: matches, glob, binary and .git skipped, cap, bad patterns") {
   CHECK(n("*.{unclosed") == 0);
   std::string many;  // 2^10 alternatives
   for (int i = 0; i < 10; ++i) many += "{a,b}";
-  CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "s"}, {"glob", many}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "s"}, {"glob", many}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "s"}, {"glob", "**/a/**/b/**/c/**/d/**/e"}}) ==
-        codes::kInvalidArgument);
+        codes::kInvalidArguments);
   CHECK(f.call("file.search", {{"pattern", "^(alpha|gamma)$"}, {"path", "s/a.py"}})["matches"].size() == 2);
   f.exec("for i in $(seq 50); do echo hit; done > s/many");
   r = f.call("file.search", {{"pattern", "hit"}, {"path", "s"}, {"max_results", 10}});
   CHECK(r["matches"].size() == 10);
   CHECK(r["truncated"] == true);
-  CHECK(code_of(f, "file.search", {{"pattern", "(unclosed"}}) == codes::kInvalidArgument);
+  CHECK(code_of(f, "file.search", {{"pattern", "(unclosed"}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "nowhere"}}) == codes::kFileNotFound);
 }
 
@@ -463,11 +463,11 @@ TEST_CASE("path tricks: traversal, /proc/self/root, NUL bytes, long names, sessi
   CHECK(code_of(f, "file.write", {{"path", "/proc/self/root/etc/x"}, {"content", "x"}}) == codes::kPathOutsideSandbox);
   CHECK(f.call("file.read", {{"path", "/proc/self/root/etc/shadow"}})["content"] == "");
   CHECK(write(f, "/proc/self/root/workspace/p.txt", "via proc")["path"] == "/workspace/p.txt");
-  CHECK(code_of(f, "file.read", {{"path", std::string("a\0/etc/passwd", 13)}}) == codes::kInvalidPath);
-  CHECK(code_of(f, "file.write", {{"path", std::string("a\0b", 3)}, {"content", "x"}}) == codes::kInvalidPath);
-  CHECK(code_of(f, "file.read", {{"path", ""}}) == codes::kInvalidPath);
-  CHECK(code_of(f, "file.write", {{"path", std::string(300, 'n')}, {"content", "x"}}) == codes::kInvalidPath);
-  CHECK(code_of(f, "file.read", {{"path", std::string(5000, 'n')}}) == codes::kInvalidPath);
+  CHECK(code_of(f, "file.read", {{"path", std::string("a\0/etc/passwd", 13)}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.write", {{"path", std::string("a\0b", 3)}, {"content", "x"}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.read", {{"path", ""}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.write", {{"path", std::string(300, 'n')}, {"content", "x"}}) == codes::kInvalidArguments);
+  CHECK(code_of(f, "file.read", {{"path", std::string(5000, 'n')}}) == codes::kInvalidArguments);
   CHECK(write(f, std::string(255, 'n'), "max name")["bytes_written"] == 8);
 
   // Relative paths follow the session's working directory.

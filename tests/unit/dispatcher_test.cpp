@@ -387,6 +387,26 @@ TEST_CASE("a reply over the message limit becomes an internal error", "[dispatch
   CHECK_THAT(messages[0]["error"]["message"].get<std::string>(), Catch::Contains("200 byte"));
 }
 
+TEST_CASE("a reply over the message limit is replaced by the call's own result when it names one", "[dispatcher]") {
+  // tools/call: an INTERNAL error result the model can read, not -32603.
+  RecordingOutput output;
+  Dispatcher dispatcher(output, {.workers = 1, .max_message_bytes = 200});
+  dispatcher.on_request("big", Dispatcher::Run::Inline, Dispatcher::Gate::Open, [](std::shared_ptr<Call> call) {
+    call->on_oversized([](std::size_t bytes, std::size_t limit) {
+      return json{{"isError", true}, {"bytes", bytes}, {"limit", limit}};
+    });
+    call->reply(json{{"text", std::string(500, 'x')}});
+  });
+  dispatcher.handle_line(rpc::serialize(request(1, "big")));
+  auto messages = output.messages();
+  REQUIRE(messages.size() == 1);
+  INFO(messages[0].dump());
+  REQUIRE(messages[0].contains("result"));
+  CHECK(messages[0]["result"]["isError"] == true);
+  CHECK(messages[0]["result"]["limit"] == 200);
+  CHECK(messages[0]["result"]["bytes"].get<std::size_t>() > 500);
+}
+
 TEST_CASE_METHOD(Fixture, "lines that are not messages are answered with their error", "[dispatcher]") {
   dispatcher.handle_line("{not json");
   dispatcher.handle_line(R"([{"jsonrpc":"2.0","id":1,"method":"ping"}])");

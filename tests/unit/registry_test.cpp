@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 using agentbox::tools::Registry;
@@ -60,7 +61,11 @@ TEST_CASE_METHOD(Fixture, "definitions come from the schema files, sorted by nam
 
 TEST_CASE_METHOD(Fixture, "valid arguments pass", "[registry]") {
   CHECK_FALSE(validate("sandbox_status", json::object()));
-  CHECK_FALSE(validate("sandbox_status", {{"conversation", "c1"}, {"session", "s"}}));
+  CHECK_FALSE(validate("sandbox_status", {{"conversation", "c1"}}));
+  // A sandbox-level tool takes no session (docs/protocol.md, "Tool schemas").
+  auto session = validate("sandbox_status", {{"conversation", "c1"}, {"session", "s"}});
+  REQUIRE(session);
+  CHECK(session->field == "arguments.session");
   CHECK_FALSE(validate("debug_sleep", {{"steps", 1}, {"step_ms", 0}, {"echo", "x"}, {"fail", true}}));
 }
 
@@ -102,10 +107,55 @@ TEST_CASE_METHOD(Fixture, "a value below the minimum names the field", "[registr
   CHECK(above->message == "must be less than or equal to 10000");
 }
 
-TEST_CASE_METHOD(Fixture, "a string constraint names the field", "[registry]") {
+TEST_CASE_METHOD(Fixture, "a string constraint names the field and the bound", "[registry]") {
   auto error = validate("sandbox_status", {{"conversation", ""}});
   REQUIRE(error);
   CHECK(error->field == "arguments.conversation");
+  CHECK(error->message == "must not be empty");
+  auto long_one = validate("sandbox_status", {{"conversation", std::string(257, 'c')}});
+  REQUIRE(long_one);
+  CHECK(long_one->message == "must have at most 256 characters");
+}
+
+TEST_CASE("an enum mismatch lists the allowed values", "[registry]") {
+  Registry registry;
+  registry.add("file_read", unused_tool);
+  auto error = registry.validate(*registry.find("file_read"), {{"path", "a"}, {"encoding", "latin1"}});
+  REQUIRE(error);
+  CHECK(error->field == "arguments.encoding");
+  CHECK(error->message == "must be one of \"utf-8\", \"base64\"");
+}
+
+// Hosts' schema dialects (docs/protocol.md, "Tool schemas"): Gemini CLI and
+// Qwen Code warn on the user's terminal about a union type in an input
+// schema; outputs spell nullable as anyOf; `session` only where it is used.
+namespace {
+void find_unions(const json& schema, const std::string& path, std::vector<std::string>& found) {
+  if (schema.is_object()) {
+    if (schema.contains("type") && schema["type"].is_array()) found.push_back(path);
+    for (const auto& [key, value] : schema.items()) find_unions(value, path + "." + key, found);
+  } else if (schema.is_array()) {
+    for (const auto& value : schema) find_unions(value, path, found);
+  }
+}
+}  // namespace
+
+TEST_CASE("no tool schema has a union type; session only on the tools that use it", "[registry]") {
+  const std::set<std::string> session_tools = {"exec",      "process_start", "session_delete", "file_read",
+                                               "file_write", "file_edit",    "file_list",      "file_stat",
+                                               "file_mkdir", "file_delete",  "file_move",      "file_search"};
+  std::vector<std::string> unions, sessions;
+  for (const auto& [name, text] : tools::embedded_schemas()) {
+    if (name.rfind("test/", 0) == 0) continue;
+    json tool = json::parse(text);
+    find_unions(tool["inputSchema"], tool["name"].get<std::string>() + ".inputSchema", unions);
+    find_unions(tool["outputSchema"], tool["name"].get<std::string>() + ".outputSchema", unions);
+    for (const char* key : {"oneOf", "anyOf", "allOf"}) CHECK_FALSE(tool["inputSchema"].contains(key));
+    CHECK(tool["inputSchema"]["properties"].contains("conversation"));
+    if (tool["inputSchema"]["properties"].contains("session")) sessions.push_back(tool["name"]);
+  }
+  CHECK(unions == std::vector<std::string>{});
+  CHECK(std::set<std::string>(sessions.begin(), sessions.end()) == session_tools);
 }
 
 TEST_CASE_METHOD(Fixture, "an object where a string is expected names the field, not its contents", "[registry]") {
