@@ -1,5 +1,6 @@
 #include "rpc/message.h"
 
+#include "rpc/json_parse.h"
 #include "rpc/json_text.h"
 
 namespace agentbox::rpc {
@@ -18,8 +19,8 @@ bool valid_id(const json& id) {
   return id.is_string() || id.is_number_integer();
 }
 
-Invalid invalid(json id, std::string message) {
-  return Invalid{std::move(id), Error{ErrorCode::InvalidRequest, std::move(message), nullptr}};
+Invalid invalid(json id, std::string message, json data = nullptr) {
+  return Invalid{std::move(id), Error{ErrorCode::InvalidRequest, std::move(message), std::move(data)}};
 }
 
 std::optional<Error> parse_error_object(const json& e) {
@@ -75,11 +76,18 @@ std::variant<Message, Invalid> classify(json value) {
 }
 
 std::variant<Message, Invalid> parse_message(std::string_view line) {
-  std::optional<json> fast = read_json(line);
-  json value = fast ? std::move(*fast) : json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded())
+  ParsedJson parsed = parse_json(line);
+  if (parsed.failure == ParsedJson::Failure::NotJson)
     return Invalid{nullptr, Error{ErrorCode::ParseError, "parse error: the line is not valid JSON", nullptr}};
-  return classify(std::move(value));
+  if (parsed.failure == ParsedJson::Failure::TooDeep) {
+    // The id is answered when it came before the deep part (it was read).
+    const json& partial = parsed.value;
+    json id = partial.is_object() && partial.contains("id") && valid_id(partial["id"]) ? partial["id"] : json();
+    return invalid(std::move(id), "the message nests " + std::to_string(parsed.depth) +
+                                      " levels deep, over the limit of " + std::to_string(kMaxNestingDepth),
+                   json{{"depth", parsed.depth}, {"limit", kMaxNestingDepth}});
+  }
+  return classify(std::move(parsed.value));
 }
 
 json make_request(const json& id, std::string_view method, const json& params) {

@@ -10,11 +10,13 @@
 #include "sandbox/session_queue.h"
 #include "sandbox/thread_cache.h"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <thread>
@@ -260,6 +262,17 @@ class AgentServer {
 }  // namespace
 
 int agent_main(int argc, char** argv) {
+  // First of all, before the box runs anything: code in the box has the
+  // agent's uid, and while the agent is dumpable it could open
+  // /proc/1/fd/1 (the agent's pipe to the server), /proc/1/mem, or ptrace
+  // or pidfd_getfd it, and write replies the server would believe
+  // (docs/sandbox.md, "The wall between host and box"). Not dumpable, all of
+  // those need CAP_SYS_PTRACE, which nothing in the box has. Children the
+  // agent starts are dumpable again once they exec (the kernel resets it).
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "agent cannot start: %s\n", std::strerror(errno));
+    return 1;
+  }
   // Memory is paid per sandbox (docs/sandbox.md, "Performance"): one malloc
   // arena instead of one per thread (each request runs on a thread of its
   // own), and request threads on 256 KiB stacks instead of 8 MiB.

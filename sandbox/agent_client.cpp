@@ -182,7 +182,11 @@ void AgentClient::reader_main(LaunchSpec spec) {
 
   rpc::LineReader reader(from_agent_, kMaxAgentLine);
   while (auto line = reader.next()) {
-    if (!line->oversized) handle_line(line->text);
+    std::string violation = line->oversized ? "a " + std::to_string(line->bytes) + " byte line, over the " +
+                                                  std::to_string(kMaxAgentLine) + " byte limit"
+                                            : handle_line(line->text);
+    if (!violation.empty()) reject(violation);
+    if (rejected_) break;  // nothing more from this agent is read: it is being killed
   }
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
@@ -195,10 +199,12 @@ void AgentClient::reader_main(LaunchSpec spec) {
     if (WIFSIGNALED(status)) reason = "killed by " + std::string(strsignal(WTERMSIG(status)));
     else reason = "exit status " + std::to_string(WEXITSTATUS(status));
     if (!stderr_tail_.empty()) reason += "; last message: " + stderr_tail_.back();
-    death_reason_ = stopping_ ? "it was stopped by the server" : "the sandbox's agent exited unexpectedly (" + reason + ")";
+    death_reason_ = !rejection_.empty() ? "the sandbox was stopped because its agent sent a malformed message: " + rejection_
+                    : stopping_       ? "it was stopped by the server"
+                                      : "the sandbox's agent exited unexpectedly (" + reason + ")";
     changed_.notify_all();
   }
-  if (!stopping_) spdlog::warn("sandbox {}: {}", name_, death_reason_);
+  if (!stopping_ && rejection_.empty()) spdlog::warn("sandbox {}: {}", name_, death_reason_);
   fail_all(codes::kSandboxFailed, death_reason_ + "; the sandbox will be restarted on the next call");
 }
 
@@ -214,33 +220,84 @@ void AgentClient::stderr_main() {
   close(stderr_fd_);
 }
 
-void AgentClient::handle_line(const std::string& text) {
+// Everything on this pipe is written by code the sandbox controls (the agent
+// runs there; docs/sandbox.md, "The wall between host and box"): a line that
+// is not exactly what the agent sends is a violation, answered by ending
+// this sandbox (reject), never by an exception on this thread. Ids must be
+// ones this client sent; one that is sent but no longer pending (timed out,
+// cancelled) is a race, not a forgery, and is dropped.
+std::string AgentClient::handle_line(const std::string& text) {
   auto parsed = rpc::parse_message(text);
-  auto* message = std::get_if<rpc::Message>(&parsed);
-  if (!message) {
-    spdlog::warn("sandbox {}: unreadable message from the agent", name_);
-    return;
-  }
-  if (auto* response = std::get_if<rpc::Response>(message)) {
-    if (!response->id.is_number_unsigned()) return;
+  if (auto* invalid = std::get_if<rpc::Invalid>(&parsed)) return "unreadable line (" + invalid->error.message + ")";
+  auto& message = std::get<rpc::Message>(parsed);
+  if (auto* response = std::get_if<rpc::Response>(&message)) {
+    std::uint64_t id = 0;
+    if (!issued_id(response->id, id)) return "a reply to request " + response->id.dump() + ", which was never sent";
     Outcome outcome;
     if (response->error) {
-      std::string code = response->error->data.is_object() ? response->error->data.value("code", codes::kInternal)
-                                                             : codes::kInternal;
+      const json& data = response->error->data;
+      if (!data.is_null() && (!data.is_object() || (data.contains("code") && !data["code"].is_string())))
+        return "an error reply whose data is not {\"code\": string}";
+      std::string code = data.is_object() ? data.value("code", codes::kInternal) : codes::kInternal;
       outcome.error = SandboxError(code, response->error->message);
     } else {
-      outcome.result = std::move(response->result).value_or(json::object());
+      if (!response->result->is_object()) return "a result that is not an object";
+      outcome.result = std::move(*response->result);
     }
-    deliver(response->id.get<std::uint64_t>(), std::move(outcome));
-  } else if (auto* note = std::get_if<rpc::Notification>(message)) {
-    if (!note->params.is_object() || !note->params.contains("request")) return;
-    NoteSink sink;
-    {
-      std::lock_guard lock(mutex_);
-      auto it = pending_.find(note->params["request"].get<std::uint64_t>());
-      if (it != pending_.end()) sink = it->second.notes;
-    }
-    if (sink) sink(note->method, note->params);
+    deliver(id, std::move(outcome));
+    return {};
+  }
+  auto* note = std::get_if<rpc::Notification>(&message);
+  if (!note) return "a request (the agent only answers)";
+  // The agent's one notification: a chunk of a command's output.
+  const json& p = note->params;
+  if (note->method != "output" || !p.is_object() || !p.contains("stream") || !p["stream"].is_string() ||
+      !p.contains("data") || !p["data"].is_string() || !p.contains("bytes") || !p["bytes"].is_number())
+    return "a notification that is not {\"output\": {stream, data, bytes, request}}";
+  std::uint64_t id = 0;
+  if (!p.contains("request") || !issued_id(p["request"], id)) return "a notification for no request this client sent";
+  NoteSink sink;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = pending_.find(id);
+    if (it != pending_.end()) sink = it->second.notes;
+  }
+  if (!sink) return {};
+  try {
+    sink(note->method, note->params);
+  } catch (const std::exception& e) {
+    return "a " + note->method + " notification its reader could not use (" + e.what() + ")";
+  }
+  return {};
+}
+
+bool AgentClient::issued_id(const json& id, std::uint64_t& out) const {
+  if (!id.is_number_unsigned()) return false;
+  out = id.get<std::uint64_t>();
+  std::lock_guard lock(mutex_);
+  return out >= 1 && out < next_id_;
+}
+
+void AgentClient::reject(const std::string& why) {
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_ || stopping_ || !rejection_.empty()) return;
+    rejection_ = why;
+    rejected_ = true;
+  }
+  spdlog::error("sandbox {}: its agent sent a malformed message ({}); stopping the sandbox, it will be restarted "
+                "on the next call",
+                name_, why);
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+}
+
+void AgentClient::run_callback(Callback& callback, Outcome outcome) {
+  // A callback reads the agent's result (a tool's formatter): one that
+  // throws on it was handed something malformed.
+  try {
+    callback(std::move(outcome));
+  } catch (const std::exception& e) {
+    reject(std::string("a result its reader could not use (") + e.what() + ")");
   }
 }
 
@@ -253,14 +310,17 @@ void AgentClient::deliver(std::uint64_t id, Outcome outcome) {
     callback = std::move(it->second.callback);
     pending_.erase(it);
   }
-  callback(std::move(outcome));
+  run_callback(callback, std::move(outcome));
 }
 
 bool AgentClient::register_pending(std::uint64_t id, Callback& callback, NoteSink notes,
                                    std::chrono::milliseconds timeout, std::string* refusal) {
   std::lock_guard lock(mutex_);
-  if (dead_ || stopping_) {
-    if (refusal) *refusal = death_reason_.empty() ? "the sandbox is stopping" : death_reason_;
+  if (dead_ || stopping_ || rejected_) {
+    if (refusal)
+      *refusal = !death_reason_.empty() ? death_reason_
+                 : rejected_ ? "the sandbox was stopped because its agent sent a malformed message: " + rejection_
+                             : "the sandbox is stopping";
     return false;
   }
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -295,7 +355,7 @@ std::optional<std::uint64_t> AgentClient::try_call_async(const std::string& meth
   std::uint64_t id;
   {
     std::lock_guard lock(mutex_);
-    if (dead_ || stopping_) return std::nullopt;  // the blocking path explains it
+    if (dead_ || stopping_ || rejected_) return std::nullopt;  // the blocking path explains it
     id = next_id_++;  // an id given up below is just never used
   }
   std::string line = rpc::serialize(rpc::make_request(id, method, params));
@@ -354,7 +414,7 @@ void AgentClient::cancel(std::uint64_t id) {
 
 bool AgentClient::alive() const {
   std::lock_guard lock(mutex_);
-  return !dead_ && !stopping_;
+  return !dead_ && !stopping_ && !rejected_;
 }
 
 bool AgentClient::stopped() const {
@@ -398,7 +458,7 @@ void AgentClient::fail_all(const std::string& code, const std::string& message) 
     std::lock_guard lock(mutex_);
     pending.swap(pending_);
   }
-  for (auto& [id, p] : pending) p.callback(Outcome{json(), SandboxError(code, message)});
+  for (auto& [id, p] : pending) run_callback(p.callback, Outcome{json(), SandboxError(code, message)});
 }
 
 void AgentClient::stop() {

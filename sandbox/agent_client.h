@@ -2,7 +2,10 @@
 // speaks JSON-RPC to it over the agent's stdin/stdout (rpc/framing.h) with
 // request ids, per-call timeouts and notification routing (streamed output).
 // When the agent dies every pending call fails with SANDBOX_FAILED and the
-// client stays dead; the manager starts a new one on the next call.
+// client stays dead; the manager starts a new one on the next call. A line
+// from the agent that is not what the agent sends (not JSON, wrong types, an
+// id never sent, too deep, too long) ends the sandbox the same way: the box
+// controls that pipe (docs/sandbox.md, "The wall between host and box").
 //
 // Caveat: the process is forked from the client's own reader thread, because
 // bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that
@@ -13,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -78,6 +82,11 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   // Asks the agent to stop the request (the command's processes are killed).
   void cancel(std::uint64_t id);
 
+  // Ends the sandbox because something it sent was malformed (why is
+  // logged and becomes the death reason): pending calls fail with
+  // SANDBOX_FAILED, alive() turns false at once. For readers of results too.
+  void reject(const std::string& why);
+
   bool alive() const;
   // True once stop() was called (a teardown, not a crash).
   bool stopped() const;
@@ -99,7 +108,11 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   void watchdog_main();
   void fail_all(const std::string& code, const std::string& message);
   void deliver(std::uint64_t id, Outcome outcome);
-  void handle_line(const std::string& line);
+  void run_callback(Callback& callback, Outcome outcome);
+  // Routes one line from the agent; what was wrong with it, or empty.
+  std::string handle_line(const std::string& line);
+  // Whether id is one this client sent (as out).
+  bool issued_id(const json& id, std::uint64_t& out) const;
   bool send(const json& message);
   // Registers a call's callback; false (with why, when asked) once the agent is gone.
   bool register_pending(std::uint64_t id, Callback& callback, NoteSink notes, std::chrono::milliseconds timeout,
@@ -124,6 +137,8 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   bool dead_ = false;
   bool stopping_ = false;
   std::string death_reason_;
+  std::string rejection_;            // why reject() ended the sandbox
+  std::atomic<bool> rejected_{false};  // read by the reader loop without the lock
   std::vector<std::string> stderr_tail_;
   std::map<std::uint64_t, Pending> pending_;
   std::uint64_t next_id_ = 1;

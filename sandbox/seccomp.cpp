@@ -24,7 +24,10 @@ namespace {
 //   CVE record, and nothing a build or test needs.
 // - module and kexec calls, reboot, swap, acct, syslog, clock setting: host-wide.
 // - mount family and pivot_root: the sandbox's mounts are fixed by bwrap.
-// - ptrace and process_vm_*: no process may inspect another, even the agent.
+// - ptrace, process_vm_* and pidfd_getfd: no process may inspect another or
+//   take its descriptors, least of all the agent's pipe to the server (the
+//   agent is not dumpable as well; docs/sandbox.md, "The wall between host
+//   and box").
 // - open_by_handle_at: the "shocker" container escape (opens host inodes by handle).
 // - setns: joining other namespaces.
 const std::vector<std::string> kDenied = {
@@ -35,7 +38,7 @@ const std::vector<std::string> kDenied = {
     "clock_adjtime", "adjtimex", "quotactl", "lookup_dcookie",
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig",
     "fsmount", "fspick", "mount_setattr",
-    "ptrace", "process_vm_readv", "process_vm_writev",
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
     "open_by_handle_at", "name_to_handle_at", "setns",
     "iopl", "ioperm", "vhangup", "uselib",
 };

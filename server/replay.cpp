@@ -1,6 +1,7 @@
 #include "server/replay.h"
 
 #include "rpc/framing.h"
+#include "rpc/json_parse.h"
 #include "rpc/message.h"
 #include "server/transcript.h"
 
@@ -103,12 +104,13 @@ void expect_group(const std::vector<const TranscriptStep*>& group, OutputQueue& 
                                          rpc::serialize(group[i]->value));
       return;
     }
-    json parsed = json::parse(*line, nullptr, false);
-    if (parsed.is_discarded()) {
-      session.differ(group[i]->line, "the server wrote a line that is not JSON: " + line->substr(0, 200));
+    rpc::ParsedJson parsed = rpc::parse_json(*line);
+    if (!parsed.ok()) {
+      session.differ(group[i]->line, "the server wrote a line that is not JSON (or nests deeper than " +
+                                         std::to_string(rpc::kMaxNestingDepth) + " levels): " + line->substr(0, 200));
       return;
     }
-    actual.push_back(std::move(parsed));
+    actual.push_back(std::move(parsed.value));
   }
   std::vector<bool> used(actual.size(), false);
   for (const auto* step : group) {

@@ -1,5 +1,7 @@
 #include "server/transcript.h"
 
+#include "rpc/json_parse.h"
+
 #include <regex>
 #include <set>
 #include <sstream>
@@ -197,8 +199,12 @@ Transcript parse_transcript(const std::string& text) {
     ++number;
     auto first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
-    json entry = json::parse(line, nullptr, false);
-    if (entry.is_discarded() || !entry.is_object()) fail("not a JSON object");
+    rpc::ParsedJson parsed = rpc::parse_json(line);
+    if (parsed.failure == rpc::ParsedJson::Failure::TooDeep)
+      fail("nests " + std::to_string(parsed.depth) + " levels deep, over the limit of " +
+           std::to_string(rpc::kMaxNestingDepth) + " (send such a line with in_raw)");
+    json entry = std::move(parsed.value);
+    if (!parsed.ok() || !entry.is_object()) fail("not a JSON object");
     // A value of the wrong type (a string for sleep_ms, ...) is a mistake on
     // this line too, not an error without a line number.
     try {

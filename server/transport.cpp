@@ -1,5 +1,6 @@
 #include "server/transport.h"
 
+#include "rpc/json_parse.h"
 #include "sandbox/limits.h"
 
 #include <spdlog/spdlog.h>
@@ -29,11 +30,13 @@ void Recorder::write(const json& entry) {
 }
 
 void Recorder::incoming(const std::string& line) {
-  json parsed = json::parse(line, nullptr, false);
-  if (parsed.is_discarded())
+  // A line nested too deep is kept as text: as a value it would overflow the
+  // stack when written (docs/protocol.md, "Nesting depth").
+  rpc::ParsedJson parsed = rpc::parse_json(line);
+  if (!parsed.ok())
     write(json{{"in_raw", line}});
   else
-    write(json{{"in", std::move(parsed)}});
+    write(json{{"in", std::move(parsed.value)}});
 }
 
 void Recorder::oversized(std::size_t bytes) { write(json{{"in_oversized", bytes}}); }

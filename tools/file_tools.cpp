@@ -48,7 +48,7 @@ std::string read_text(const json& r) {
 
 std::string list_text(const json& r) {
   std::string text;
-  for (const auto& e : r["entries"]) {
+  for (const auto& e : agent_array(r, "entries")) {
     std::string type = str(e, "type");
     text += str(e, "path");
     if (type == "directory") text += "/";
@@ -57,7 +57,7 @@ std::string list_text(const json& r) {
     text += "\n";
   }
   if (text.empty()) text = "(" + str(r, "path") + " is empty)\n";
-  if (r.value("truncated", false)) text += "[list cut at " + std::to_string(r["entries"].size()) + " entries]\n";
+  if (r.value("truncated", false)) text += "[list cut at " + std::to_string(agent_array(r, "entries").size()) + " entries]\n";
   return text;
 }
 
@@ -71,8 +71,8 @@ std::string stat_text(const json& r) {
 
 std::string search_text(const json& r) {
   std::string text;
-  for (const auto& m : r["matches"]) text += str(m, "path") + ":" + num(m, "line") + ":" + str(m, "text") + "\n";
-  text += "[" + std::to_string(r["matches"].size()) + " matches, " + num(r, "files_searched") + " files searched";
+  for (const auto& m : agent_array(r, "matches")) text += str(m, "path") + ":" + num(m, "line") + ":" + str(m, "text") + "\n";
+  text += "[" + std::to_string(agent_array(r, "matches").size()) + " matches, " + num(r, "files_searched") + " files searched";
   if (r.value("skipped_binary", 0) > 0) text += ", " + num(r, "skipped_binary") + " binary files skipped";
   if (r.value("truncated", false)) text += "; more matches exist: narrow the pattern, path or glob, or raise max_results";
   return text + "]";

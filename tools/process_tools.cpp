@@ -46,7 +46,7 @@ void register_process_tools(Registry& registry, const Services& services) {
   registry.keep_session_order("process_start");
   bind_tool(registry, services, "process_list", "process.list", fixed, [](const json& r) {
     std::string text;
-    for (const auto& p : r["processes"]) text += status_line(p) + "  " + p.value("command", "") + "\n";
+    for (const auto& p : agent_array(r, "processes")) text += status_line(p) + "  " + p.value("command", "") + "\n";
     return ToolResult::ok(r, text.empty() ? "No background processes." : text);
   });
   bind_tool(registry, services, "process_output", "process.output",

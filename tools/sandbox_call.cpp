@@ -23,6 +23,12 @@ ToolResult error_result(const SandboxError& error) {
   return ToolResult::error(error.code(), error.what());
 }
 
+const json& agent_array(const json& result, const char* key) {
+  auto it = result.find(key);
+  if (it == result.end() || !it->is_array()) throw std::runtime_error(std::string("\"") + key + "\" is not an array");
+  return *it;
+}
+
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
   if (!services.sandboxes) {
     reply(ToolResult::error(sandbox::codes::kSandboxUnavailable, "this server was started without sandbox support"));
@@ -45,6 +51,21 @@ void run_blocking(std::function<void()> job) {
 
 namespace {
 
+// A formatter that throws on the agent's result (a number where it reads a
+// string, ...) was handed something the agent does not send: the sandbox is
+// ended like one that sent a malformed line, and the call gets an error.
+ToolResult format_result(const Formatter& format, json result, const std::weak_ptr<sandbox::AgentClient>& client) {
+  try {
+    return format(std::move(result));
+  } catch (const std::exception& e) {
+    std::string why = std::string("a result the server could not read (") + e.what() + ")";
+    if (auto c = client.lock()) c->reject(why);
+    return ToolResult::error(sandbox::codes::kSandboxFailed,
+                             "the sandbox's agent sent " + why +
+                                 "; the sandbox was stopped and will be restarted on the next call");
+  }
+}
+
 // Sends call to the leased sandbox's agent; the reply comes back on the
 // client's reader thread, which formats and answers the tool call. With
 // try_only nothing blocks: false (and nothing sent) when the agent's pipe is
@@ -59,19 +80,13 @@ bool send_call(const std::shared_ptr<sandbox::Lease>& lease, const std::shared_p
       context->progress(params.value("bytes", 0.0), std::nullopt, params.value("data", ""));
     };
   }
-  sandbox::AgentClient::Callback done = [lease, reply, format](sandbox::AgentClient::Outcome outcome) {
+  std::weak_ptr<sandbox::AgentClient> weak = client;
+  sandbox::AgentClient::Callback done = [lease, reply, format, weak](sandbox::AgentClient::Outcome outcome) {
     if (outcome.error) {
       reply(error_result(*outcome.error));
       return;
     }
-    ToolResult result;
-    try {
-      result = format(std::move(outcome.result));
-    } catch (const std::exception& e) {
-      // A result of the wrong shape comes from the box, not from the model.
-      spdlog::warn("a sandbox result could not be read: {}", e.what());
-      result = ToolResult::error(sandbox::codes::kInternal, "the sandbox sent a result that could not be read");
-    }
+    ToolResult result = format_result(format, std::move(outcome.result), weak);
     if (!lease->notice().empty() && !result.is_error) {
       result.structured["notice"] = lease->notice();
       result.text = "Note: " + lease->notice() + "\n" + result.text;

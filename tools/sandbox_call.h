@@ -28,6 +28,13 @@ struct AgentCall {
 void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
                 Formatter format);
 
+// result[key] when it is an array, for formatters. The agent's result is
+// written in the box (docs/sandbox.md, "The wall between host and box"):
+// operator[] on a const object that lacks key is undefined behaviour, this
+// throws instead, and call_agent turns whatever a formatter throws into an
+// error result that ends the sandbox.
+const json& agent_array(const json& result, const char* key);
+
 // The tool arguments the agent takes: everything but "conversation".
 json agent_params(const json& arguments);
 

@@ -14,7 +14,7 @@ void register_session_tools(Registry& registry, const Services& services) {
     (void)args;
     call_agent(services, context, reply, {"session.list", json::object()}, [](const json& r) {
       std::string text;
-      for (const auto& s : r["sessions"]) text += s.value("session", "") + "  " + s.value("cwd", "") + "\n";
+      for (const auto& s : agent_array(r, "sessions")) text += s.value("session", "") + "  " + s.value("cwd", "") + "\n";
       return ToolResult::ok(r, text);
     });
   });

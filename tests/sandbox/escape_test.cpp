@@ -160,3 +160,118 @@ TEST_CASE("escape attempts all fail") {
   if (root) fs::remove(root_canary);
   fs::remove(home_canary);
 }
+
+namespace {
+
+// Python run in the box: ctypes' syscall with every argument a C long (a
+// plain int would leave the upper half of a register undefined).
+const char* kSyscallPrelude = R"PY(import ctypes, errno, json, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return r, ctypes.get_errno()
+def report(name, escaped, detail=''):
+    print(('ESCAPED ' if escaped else 'refused ') + name + ': ' + detail, flush=True)
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(8)
+local, remote = iovec(ctypes.cast(buf, ctypes.c_void_p), 8), iovec(0x400000, 8)
+)PY";
+
+// The ways to pid 1 (the agent: its stdout is the pipe the server believes)
+// and, against a dumpable child of the probe's own, the calls seccomp must
+// refuse whatever the target. x86-64 numbers: ptrace 101, process_vm_readv
+// 310, process_vm_writev 311, pidfd_getfd 438.
+const char* kWallProbe = R"PY(
+for path, mode in (('/proc/1/fd/1', os.O_WRONLY), ('/proc/1/fd/0', os.O_RDONLY), ('/proc/1/mem', os.O_RDONLY),
+                   ('/proc/1/mem', os.O_RDWR)):
+    try:
+        os.close(os.open(path, mode))
+        report('open %s mode %d' % (path, mode), True)
+    except OSError as e:
+        report('open %s mode %d' % (path, mode), False, e.strerror)
+try:
+    report('list /proc/1/fd', True, str(os.listdir('/proc/1/fd')))
+except OSError as e:
+    report('list /proc/1/fd', False, e.strerror)
+child = subprocess.Popen(['sleep', '30'])
+for pid, whose in ((1, 'the agent'), (child.pid, 'own child')):
+    pidfd = os.pidfd_open(pid)
+    for target in (0, 1, 2):
+        r, e = sc(438, pidfd, target, 0)
+        report('pidfd_getfd(%s, %d)' % (whose, target), r >= 0, os.strerror(e))
+    for nr, name in ((311, 'process_vm_writev'), (310, 'process_vm_readv')):
+        r, e = sc(nr, pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        # EFAULT would mean the access was granted and only the address was bad.
+        report('%s(%s)' % (name, whose), r >= 0 or e not in (errno.EPERM, errno.EACCES), os.strerror(e))
+    for request, name in ((16, 'PTRACE_ATTACH'), (0x4206, 'PTRACE_SEIZE')):
+        r, e = sc(101, request, pid, 0, 0)
+        if r >= 0:
+            sc(101, 17, pid, 0, 0)  # PTRACE_DETACH: let the agent answer
+        report('ptrace %s(%s)' % (name, whose), r >= 0, os.strerror(e))
+child.kill()
+print('PROBED', flush=True)
+)PY";
+
+// Writes replies for every id the server might be waiting on through each
+// way to the agent's stdout it can open.
+const char* kForger = R"PY(
+def line(i):
+    return (json.dumps({'jsonrpc': '2.0', 'id': i, 'result': {'stdout': 'FORGED\n', 'stderr': '', 'exit_code': 0,
+                        'success': True, 'timed_out': False, 'duration_ms': 1}}) + '\n').encode()
+fds = []
+try:
+    fds.append(os.open('/proc/1/fd/1', os.O_WRONLY))
+except OSError as e:
+    print('open', e)
+try:
+    r, e = sc(438, os.pidfd_open(1), 1, 0)
+    if r >= 0:
+        fds.append(r)
+except OSError as e:
+    print('pidfd', e)
+written = 0
+for fd in fds:
+    for i in range(1, 300):
+        os.write(fd, line(i))
+        written += 1
+print('forged', written, flush=True)
+)PY";
+
+std::string python_in_box(const std::string& file, const char* body) {
+  return "cat > " + file + " <<'AGENTBOX_PY'\n" + kSyscallPrelude + body + "AGENTBOX_PY\n";
+}
+
+}  // namespace
+
+TEST_CASE("box code cannot reach the agent through /proc or ptrace or pidfd_getfd") {
+  SandboxFixture f;
+  f.exec(python_in_box("/tmp/wall_probe.py", kWallProbe));
+  auto r = f.exec("python3 /tmp/wall_probe.py", {{"timeout_ms", 30000}});
+  std::string out = r["stdout"];
+  INFO("stdout: " << out << "\nstderr: " << r["stderr"].get<std::string>());
+  CHECK(out.find("PROBED") != std::string::npos);
+  CHECK(out.find("refused pidfd_getfd(the agent, 1)") != std::string::npos);
+  CHECK(out.find("refused pidfd_getfd(own child, 1)") != std::string::npos);
+  CHECK(out.find("refused ptrace PTRACE_ATTACH(own child)") != std::string::npos);
+  CHECK(out.find("ESCAPED") == std::string::npos);
+}
+
+TEST_CASE("a reply forged by box code cannot answer a call") {
+  SandboxFixture f;
+  f.exec(python_in_box("/tmp/forge.py", kForger));
+  // The forger writes while the real command is still running.
+  f.exec("(sleep 1; python3 /tmp/forge.py > /tmp/forge.out 2>&1) >/dev/null 2>&1 &");
+  auto started = std::chrono::steady_clock::now();
+  auto r = f.exec("sleep 3; echo real");
+  auto took = std::chrono::steady_clock::now() - started;
+  CHECK(r["stdout"] == "real\n");
+  CHECK(took >= std::chrono::milliseconds(2900));
+  auto forger = f.exec("sleep 1; cat /tmp/forge.out")["stdout"].get<std::string>();
+  INFO("forger: " << forger);
+  CHECK(forger.find("forged 0") != std::string::npos);
+  // The sandbox still works (nothing forged got through to confuse it).
+  CHECK(f.exec("echo after")["stdout"] == "after\n");
+}

@@ -13,8 +13,9 @@ SandboxFixture::SandboxFixture(ManagerOptions options) {
   options.state_dir = state_dir;
   // run_unprivileged.sh may run a copy of the binaries from a directory the
   // test user can reach, and says where the agent went.
+  // A test that names an agent of its own keeps it.
   const char* agent = std::getenv("AGENTBOX_TEST_AGENT");
-  options.agent_binary = agent && *agent ? agent : AGENTBOX_TEST_AGENT;
+  if (options.agent_binary.empty()) options.agent_binary = agent && *agent ? agent : AGENTBOX_TEST_AGENT;
   options.agent_args = {};
   manager = std::make_unique<Manager>(options);
 }

@@ -27,6 +27,12 @@ if ! runuser -u "$user" -- test -x "$tests" || { [[ -n $agent ]] && ! runuser -u
   cp "$tests" "$copies/"
   tests=$copies/$(basename "$tests")
   if [[ -n $agent ]]; then
+    # The relay agent of malformed_line_test.cpp is built beside the agent.
+    corrupting=$(dirname "$agent")/agentbox-corrupting-agent
+    if [[ -x $corrupting ]]; then
+      cp "$corrupting" "$copies/"
+      export_corrupting=$copies/agentbox-corrupting-agent
+    fi
     cp "$agent" "$copies/"
     agent=$copies/$(basename "$agent")
   fi
@@ -35,4 +41,5 @@ fi
 home=$(getent passwd "$user" | cut -d: -f6)
 cd /tmp
 runuser -u "$user" -- env -i HOME="$home" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
-  ${agent:+AGENTBOX_TEST_AGENT="$agent"} "$tests" "$@"
+  ${agent:+AGENTBOX_TEST_AGENT="$agent"} ${export_corrupting:+AGENTBOX_TEST_CORRUPTING_AGENT="$export_corrupting"} \
+  "$tests" "$@"
