@@ -1,0 +1,98 @@
+// How each host is registered with agentbox (the README's way), pointed at the
+// scripted endpoint, and run non-interactively. Every host runs in its own
+// temporary HOME (its config, its logs, agentbox's default state directory)
+// and in a project directory under it; nothing outside that HOME is written.
+//
+// A host is { name, dialect, register(ctx), run(ctx) -> argv, env(ctx), logs(ctx) -> [files] }
+// with ctx = { bin, home, project, port, bindir }.
+import fs from 'node:fs';
+import path from 'node:path';
+
+const write = (file, text) => { fs.mkdirSync(path.dirname(file), { recursive: true }); fs.writeFileSync(file, text); };
+const filesUnder = (dir) => {
+  if (!fs.existsSync(dir)) return [];
+  return fs.readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile()).map((e) => path.join(e.parentPath ?? e.path, e.name));
+};
+const url = (ctx) => `http://127.0.0.1:${ctx.port}`;
+
+export const claude = {
+  name: 'claude',
+  title: 'Claude Code',
+  dialect: 'Anthropic Messages',
+  env: (ctx) => ({
+    ANTHROPIC_BASE_URL: url(ctx), ANTHROPIC_API_KEY: 'sk-ant-scripted-endpoint',
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_AUTOUPDATER: '1', DISABLE_UPDATES: '1',
+    DISABLE_TELEMETRY: '1', DISABLE_ERROR_REPORTING: '1', MCP_TIMEOUT: '30000',
+  }),
+  // README: claude mcp add agentbox -- /path/to/agentbox/build/agentbox serve
+  register: (ctx) => [['claude', 'mcp', 'add', 'agentbox', '--', ctx.bin, 'serve']],
+  run: (ctx, prompt) => ['claude', '-p', prompt, '--output-format', 'stream-json', '--verbose',
+    '--allowedTools', 'mcp__agentbox', '--model', 'claude-sonnet-4-5', '--debug-file', path.join(ctx.home, 'claude-debug.log')],
+  logs: (ctx) => [path.join(ctx.home, 'claude-debug.log'), ...filesUnder(path.join(ctx.home, '.cache'))],
+};
+
+export const codex = {
+  name: 'codex',
+  title: 'Codex CLI',
+  dialect: 'OpenAI Responses',
+  env: (ctx) => ({ CODEX_HOME: path.join(ctx.home, '.codex'), SCRIPTED_API_KEY: 'sk-scripted-endpoint', RUST_LOG: 'warn' }),
+  register(ctx) {
+    // README: the [mcp_servers.agentbox] block, verbatim but for the path.
+    write(path.join(ctx.home, '.codex', 'config.toml'), [
+      'model = "gpt-5.1-codex"', 'model_provider = "scripted"', 'approval_policy = "never"',
+      'check_for_update_on_startup = false', '',
+      '[analytics]', 'enabled = false', '',
+      '[model_providers.scripted]', 'name = "scripted endpoint"', `base_url = "${url(ctx)}/v1"`,
+      'wire_api = "responses"', 'env_key = "SCRIPTED_API_KEY"', 'request_max_retries = 0', 'stream_max_retries = 0', '',
+      '[mcp_servers.agentbox]', `command = "${ctx.bin}"`, 'args = ["serve"]', 'startup_timeout_sec = 10', 'tool_timeout_sec = 600', '',
+    ].join('\n'));
+    return [];
+  },
+  run: (ctx, prompt) => ['codex', 'exec', '--skip-git-repo-check', '--json', prompt],
+  logs: (ctx) => filesUnder(path.join(ctx.home, '.codex', 'log')),
+};
+
+export const gemini = {
+  name: 'gemini',
+  title: 'Gemini CLI',
+  dialect: 'Gemini generateContent',
+  env: (ctx) => ({ GEMINI_API_KEY: 'scripted-endpoint', GOOGLE_GEMINI_BASE_URL: url(ctx), GEMINI_CLI_NO_RELAUNCH: 'true' }),
+  register(ctx) {
+    write(path.join(ctx.home, '.gemini', 'settings.json'), JSON.stringify({
+      security: { auth: { selectedType: 'gemini-api-key' }, folderTrust: { enabled: true } },
+      privacy: { usageStatisticsEnabled: false }, telemetry: { enabled: false },
+      general: { disableAutoUpdate: true, disableUpdateNag: true, enableAutoUpdate: false, enableAutoUpdateNotification: false },
+    }, null, 2));
+    // README: trust the project folder, then gemini mcp add.
+    write(path.join(ctx.home, '.gemini', 'trustedFolders.json'), JSON.stringify({ [ctx.project]: 'TRUST_FOLDER' }, null, 2));
+    return [['gemini', 'mcp', 'add', '--scope', 'user', 'agentbox', ctx.bin, 'serve']];
+  },
+  run: (ctx, prompt) => ['gemini', '-p', prompt, '--yolo', '--output-format', 'stream-json', '-m', 'gemini-2.5-flash'],
+  logs: (ctx) => filesUnder(path.join(ctx.home, '.gemini', 'tmp')).filter((f) => f.endsWith('.log')),
+};
+
+export const opencode = {
+  name: 'opencode',
+  title: 'opencode',
+  dialect: 'OpenAI chat completions (@ai-sdk/openai-compatible)',
+  env: () => ({ OPENCODE_DISABLE_AUTOUPDATE: 'true', OPENCODE_DISABLE_MODELS_FETCH: 'true', OPENCODE_DISABLE_SHARE: 'true',
+    OPENCODE_DISABLE_LSP_DOWNLOAD: 'true', OPENCODE_DISABLE_DEFAULT_PLUGINS: 'true', OPENCODE_DISABLE_TERMINAL_TITLE: 'true',
+    OPENCODE_DISABLE_CLAUDE_CODE: 'true', OPENCODE_DISABLE_EXTERNAL_SKILLS: 'true', OPENCODE_PERMISSION: JSON.stringify({ '*': 'allow' }) }),
+  register(ctx) {
+    // README: the "mcp" block of opencode.json; the provider is the scripted endpoint.
+    write(path.join(ctx.home, '.config', 'opencode', 'opencode.json'), JSON.stringify({
+      $schema: 'https://opencode.ai/config.json',
+      autoupdate: false, share: 'disabled',
+      provider: { scripted: { npm: '@ai-sdk/openai-compatible', name: 'scripted endpoint',
+        options: { baseURL: `${url(ctx)}/v1`, apiKey: 'scripted-endpoint' }, models: { 'scripted-model': { name: 'scripted model', tool_call: true } } } },
+      model: 'scripted/scripted-model', small_model: 'scripted/scripted-model',
+      mcp: { agentbox: { type: 'local', command: [ctx.bin, 'serve'], enabled: true } },
+    }, null, 2));
+    return [];
+  },
+  run: (ctx, prompt) => ['opencode', 'run', '-m', 'scripted/scripted-model', '--format', 'json', '--print-logs', prompt],
+  logs: (ctx) => filesUnder(path.join(ctx.home, '.local', 'share', 'opencode', 'log')),
+};
+
+export const all = [claude, codex, gemini, opencode];

