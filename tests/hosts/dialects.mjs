@@ -59,14 +59,17 @@ export const responses = {
   name: 'responses',
   parse(body) {
     const tools = [];
-    const addTool = (t, prefix = '') => {
-      if (t.type === 'function') tools.push({ name: prefix + t.name, schema: t.parameters });
-      for (const inner of t.tools ?? []) addTool(inner, prefix + (t.name ?? ''));
-    };
-    for (const t of body.tools ?? []) addTool(t);
+    // Codex groups an MCP server's tools in a namespace (mcp__agentbox) whose
+    // functions are called by their own name plus the namespace.
+    for (const t of body.tools ?? []) {
+      if (t.type === 'function') tools.push({ name: t.name, schema: t.parameters });
+      if (t.type === 'namespace') {
+        for (const f of t.tools ?? []) tools.push({ name: `${t.name}__${f.name}`, schema: f.parameters, call: { name: f.name, namespace: t.name } });
+      }
+    }
     const calls = [], results = [];
     for (const item of Array.isArray(body.input) ? body.input : []) {
-      if (item.type === 'function_call') calls.push({ id: item.call_id, name: item.name });
+      if (item.type === 'function_call') calls.push({ id: item.call_id, name: item.namespace ? `${item.namespace}__${item.name}` : item.name });
       if (item.type === 'function_call_output') {
         const out = item.output;
         const text = typeof out === 'string' ? out : textOf(out?.content ?? out);
@@ -78,7 +81,8 @@ export const responses = {
   answer(res, action, body) {
     const id = `resp_${Date.now()}`;
     const item = action.kind === 'tool'
-      ? { type: 'function_call', id: `fc_${action.id}`, call_id: action.id, name: action.name, arguments: JSON.stringify(action.args), status: 'completed' }
+      ? { type: 'function_call', id: `fc_${action.id}`, call_id: action.id, ...(action.call ?? { name: action.name }),
+        arguments: JSON.stringify(action.args), status: 'completed' }
       : { type: 'message', id: `msg_${Date.now()}`, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: action.text, annotations: [] }] };
     const usage = { input_tokens: 100, input_tokens_details: { cached_tokens: 0 }, output_tokens: 20,
       output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 120 };

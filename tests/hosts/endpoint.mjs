@@ -152,6 +152,7 @@ export class Endpoint {
       this.problems.push(`the host offers no tool for ${step.tool} (tools: ${parsed.tools.map((t) => t.name).join(', ')})`);
       return { kind: 'text', text: `No ${step.tool} tool is offered; stopping.` };
     }
-    return { kind: 'tool', id: `call_ab_s${i}`, name, args: argsFor(step, this.seen) };
+    const call = parsed.tools.find((t) => t.name === name)?.call;
+    return { kind: 'tool', id: `call_ab_s${i}`, name, ...(call && { call }), args: argsFor(step, this.seen) };
   }
 }

@@ -43,14 +43,25 @@ export const codex = {
       'model = "gpt-5.1-codex"', 'model_provider = "scripted"', 'approval_policy = "never"',
       'check_for_update_on_startup = false', '',
       '[analytics]', 'enabled = false', '',
+      // Plugin and app sync reach github.com and chatgpt.com at start-up.
+      '[features]', 'plugins = false', 'remote_plugin = false', 'apps = false', 'in_app_updates = false', '',
       '[model_providers.scripted]', 'name = "scripted endpoint"', `base_url = "${url(ctx)}/v1"`,
       'wire_api = "responses"', 'env_key = "SCRIPTED_API_KEY"', 'request_max_retries = 0', 'stream_max_retries = 0', '',
-      '[mcp_servers.agentbox]', `command = "${ctx.bin}"`, 'args = ["serve"]', 'startup_timeout_sec = 10', 'tool_timeout_sec = 600', '',
+      '[mcp_servers.agentbox]', `command = "${ctx.bin}"`, 'args = ["serve"]', 'startup_timeout_sec = 10', 'tool_timeout_sec = 600',
+      // codex exec asks no one: without this Codex refuses every tool not marked read-only.
+      'default_tools_approval_mode = "approve"', '',
     ].join('\n'));
     return [];
   },
   run: (ctx, prompt) => ['codex', 'exec', '--skip-git-repo-check', '--json', prompt],
   logs: (ctx) => filesUnder(path.join(ctx.home, '.codex', 'log')),
+  // The Responses API has no error flag on a function_call_output; Codex's own
+  // --json event stream says whether it took the call as failed (isError).
+  errorFlags(stdout) {
+    return stdout.split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return {}; } })
+      .filter((e) => e.type === 'item.completed' && e.item?.type === 'mcp_tool_call' && e.item.server === 'agentbox')
+      .map((e) => e.item.status === 'failed');
+  },
 };
 
 export const gemini = {

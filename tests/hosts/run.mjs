@@ -81,6 +81,10 @@ async function runHost(host, opts, bindir) {
   else if (!endpoint.finished) report.problems.push(`stopped after ${endpoint.seen.filter(Boolean).length} of ${steps.length} tool results`);
   if (report.exit && !report.exit.timedOut && endpoint.finished && !fs.readFileSync(out, 'utf8').includes(FINAL_TEXT))
     report.problems.push('the final answer is not in the host\'s output');
+  if (host.errorFlags) {
+    const flags = host.errorFlags(fs.readFileSync(out, 'utf8'));
+    endpoint.seen.forEach((r, i) => { if (r && r.isError === undefined && flags[i] !== undefined) r.isError = flags[i]; });
+  }
   report.names = endpoint.names;
   report.verdicts = verdicts(endpoint.seen);
   report.mcpTrouble = mcpTrouble([out, err, ...host.logs(ctx)]);
