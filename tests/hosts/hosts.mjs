@@ -75,9 +75,11 @@ export const gemini = {
       privacy: { usageStatisticsEnabled: false }, telemetry: { enabled: false },
       general: { disableAutoUpdate: true, disableUpdateNag: true, enableAutoUpdate: false, enableAutoUpdateNotification: false },
     }, null, 2));
-    // README: trust the project folder, then gemini mcp add.
+    // README: trust the project folder (trustedFolders.json), then gemini mcp add.
     write(path.join(ctx.home, '.gemini', 'trustedFolders.json'), JSON.stringify({ [ctx.project]: 'TRUST_FOLDER' }, null, 2));
-    return [['gemini', 'mcp', 'add', '--scope', 'user', 'agentbox', ctx.bin, 'serve']];
+    // Project scope (the default) writes .gemini/settings.json in the project, which
+    // Gemini CLI reads only in a trusted folder.
+    return [['gemini', 'mcp', 'add', 'agentbox', ctx.bin, 'serve']];
   },
   run: (ctx, prompt) => ['gemini', '-p', prompt, '--yolo', '--output-format', 'stream-json', '-m', 'gemini-2.5-flash'],
   logs: (ctx) => filesUnder(path.join(ctx.home, '.gemini', 'tmp')).filter((f) => f.endsWith('.log')),

@@ -20,28 +20,40 @@ export const CAP = 30000;
 const ENVELOPE = 2000;
 
 // The process id as a text-only reader (Gemini CLI, opencode) sees it: the
-// result's text opens with "<process_id>: <status>"; hosts that pass the
+// result's text says "Started <process_id> (pid N)"; hosts that pass the
 // structured result on show it as JSON.
 export function processId(text) {
   try { const v = JSON.parse(text); if (v?.process_id) return v.process_id; } catch { /* text, not JSON */ }
-  return /"process_id"\s*:\s*"([^"]+)"/.exec(text)?.[1] ?? /^\s*([A-Za-z0-9_-]+):\s*running/m.exec(text)?.[1];
+  return /"?process_id"?\s*[:=]\s*"?([A-Za-z0-9_-]+)/.exec(text)?.[1] ?? /\bStarted ([A-Za-z0-9_-]+)/.exec(text)?.[1] ??
+    /^\s*([A-Za-z0-9_-]+):\s*running/m.exec(text)?.[1];
 }
 
 // What the model reads of a result: the text without what a host wraps around
 // it of its own (Claude Code appends <system-reminder> blocks, Codex puts "Wall
-// time: ... Output:" in front). When the host hands over structuredContent
-// (Claude Code, Codex) the text is that JSON object, possibly cut by the host
-// (Codex keeps ~12 KB, head and tail); its payload is the length of the strings
-// in it, not of the JSON escaping.
+// time: ... Output:" in front, Gemini CLI puts output in <untrusted_context>
+// and an error result's content inside "MCP tool 'x' reported tool error ...
+// with response: [<the result as JSON>]"). When the host hands over
+// structuredContent (Claude Code, Codex) the text is that JSON object, possibly
+// cut by the host (Codex keeps ~12 KB, head and tail); its payload is the
+// length of the strings in it, not of the JSON escaping. `shown` keeps all the
+// host sent, for the checks that no protocol error reached the model.
 export function view(r) {
-  const text = r.text.replace(/(\s*<system-reminder>[\s\S]*?<\/system-reminder>)+\s*$/, '')
-    .replace(/^Wall time: [\d.]+ seconds\n(Exit code: -?\d+\n)?Output:\n/, '');
+  let text = r.text.replace(/(\s*<system-reminder>[\s\S]*?<\/system-reminder>)+\s*$/, '')
+    .replace(/^Wall time: [\d.]+ seconds\n(Exit code: -?\d+\n)?Output:\n/, '')
+    .replace(/^<untrusted_context>\n([\s\S]*)\n<\/untrusted_context>$/, '$1');
+  const wrapped = /^MCP tool '[^']+' reported tool error for function call: [\s\S]*? with response: (\[[\s\S]*\])$/.exec(text);
+  if (wrapped) {
+    try {
+      const err = JSON.parse(wrapped[1])[0]?.functionResponse?.response?.error ?? {};
+      text = Array.isArray(err.content) ? err.content.map((c) => c.text ?? '').join('\n') : String(err.message ?? text);
+    } catch { /* leave the host's text as it is */ }
+  }
   let structured = null;
   try { const v = JSON.parse(text); if (v && typeof v === 'object' && !Array.isArray(v)) structured = v; } catch { /* plain text */ }
   const json = structured !== null || /^\{"/.test(text);
   const strings = structured ? stringsIn(structured) : json ? [text.replace(/\\n/g, '\n').replace(/\\"/g, '"')] : [];
   const escaping = structured ? strings.reduce((n, v) => n + JSON.stringify(v).length - 2 - v.length, 0) : 0;
-  return { ...r, text, json, structured, visible: [text, ...strings].join('\n'),
+  return { ...r, shown: r.text, text, json, structured, visible: [text, ...strings].join('\n'),
     payload: structured ? JSON.stringify(structured).length - escaping : text.length };
 }
 
@@ -59,7 +71,7 @@ const notError = (r) => fail(r.isError !== true, `came back as an error: ${clip(
 const errorWith = (code) => (r) => [
   ...fail(r.isError !== false, 'is not flagged as an error'),
   ...fail(new RegExp(`^[^\\n]{0,40}?\\b${code}: `).test(r.text.trimStart()), `text does not start with ${code}: ${clip(r.text)}`),
-  ...fail(!/-32602|Structured content does not match/i.test(r.text), `an MCP protocol error reached the model: ${clip(r.text)}`),
+  ...fail(!/-32602|Structured content does not match/i.test(r.shown), `an MCP protocol error reached the model: ${clip(r.text)}`),
 ];
 const sized = (r) => fail(r.payload <= CAP + ENVELOPE, `is ${r.payload} characters of payload (cap ${CAP} + ${ENVELOPE})`);
 const shows = (re) => (r) => fail(re.test(r.visible), `does not show ${re}: ${clip(r.text)}`);
