@@ -14,6 +14,7 @@ const filesUnder = (dir) => {
   return fs.readdirSync(dir, { recursive: true, withFileTypes: true })
     .filter((e) => e.isFile()).map((e) => path.join(e.parentPath ?? e.path, e.name));
 };
+const jsonLines = (text) => text.split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return {}; } });
 const url = (ctx) => `http://127.0.0.1:${ctx.port}`;
 
 export const claude = {
@@ -58,8 +59,7 @@ export const codex = {
   // The Responses API has no error flag on a function_call_output; Codex's own
   // --json event stream says whether it took the call as failed (isError).
   errorFlags(stdout) {
-    return stdout.split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return {}; } })
-      .filter((e) => e.type === 'item.completed' && e.item?.type === 'mcp_tool_call' && e.item.server === 'agentbox')
+    return jsonLines(stdout).filter((e) => e.type === 'item.completed' && e.item?.type === 'mcp_tool_call' && e.item.server === 'agentbox')
       .map((e) => e.item.status === 'failed');
   },
 };
@@ -71,7 +71,7 @@ export const gemini = {
   env: (ctx) => ({ GEMINI_API_KEY: 'scripted-endpoint', GOOGLE_GEMINI_BASE_URL: url(ctx), GEMINI_CLI_NO_RELAUNCH: 'true' }),
   register(ctx) {
     write(path.join(ctx.home, '.gemini', 'settings.json'), JSON.stringify({
-      security: { auth: { selectedType: 'gemini-api-key' }, folderTrust: { enabled: true } },
+      security: { auth: { selectedType: 'gemini-api-key' } },
       privacy: { usageStatisticsEnabled: false }, telemetry: { enabled: false },
       general: { disableAutoUpdate: true, disableUpdateNag: true, enableAutoUpdate: false, enableAutoUpdateNotification: false },
     }, null, 2));
@@ -106,6 +106,12 @@ export const opencode = {
   },
   run: (ctx, prompt) => ['opencode', 'run', '-m', 'scripted/scripted-model', '--format', 'json', '--print-logs', prompt],
   logs: (ctx) => filesUnder(path.join(ctx.home, '.local', 'share', 'opencode', 'log')),
+  // Chat completions have no error flag on a tool message; opencode's --format
+  // json events say whether it took the call as an error.
+  errorFlags(stdout) {
+    return jsonLines(stdout).filter((e) => e.type === 'tool_use' && /agentbox/.test(e.part?.tool ?? ''))
+      .map((e) => e.part.state?.status === 'error');
+  },
 };
 
 export const all = [claude, codex, gemini, opencode];

@@ -80,7 +80,10 @@ const clip = (t) => JSON.stringify(t.length > 300 ? `${t.slice(0, 200)} … ${t.
 
 // The paging hint: the last line of the text names how to read the rest; a
 // structured result says truncated and carries the process_id to page with.
-const HINT = /process_output|next_offset|offset/;
+// (agentbox's own: a tool and an offset to read on with; a host's own note,
+// such as opencode's "Full output saved to <file> ... Read (with offset/limit)",
+// is not one.)
+const HINT = /\bprocess_output\b|\bnext_offset\b|\boffset[ =:]+\d+/;
 const pagingHint = (r) => (r.json
   ? fail(/"truncated"\s*:\s*true/.test(r.text) && /"(process_id|next_offset)"\s*:/.test(r.text),
     `structured result does not say truncated with a process_id to page: ${clip(r.text)}`)
