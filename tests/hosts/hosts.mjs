@@ -114,4 +114,22 @@ export const opencode = {
   },
 };
 
-export const all = [claude, codex, gemini, opencode];
+export const qwen = {
+  name: 'qwen',
+  title: 'Qwen Code',
+  dialect: 'Anthropic Messages (--auth-type anthropic)',
+  env: (ctx) => ({ ANTHROPIC_BASE_URL: url(ctx), ANTHROPIC_API_KEY: 'sk-ant-scripted-endpoint', ANTHROPIC_MODEL: 'claude-sonnet-4-5' }),
+  register(ctx) {
+    write(path.join(ctx.home, '.qwen', 'settings.json'), JSON.stringify({
+      security: { auth: { selectedType: 'anthropic' } },
+      privacy: { usageStatisticsEnabled: false }, telemetry: { enabled: false },
+      general: { disableAutoUpdate: true, disableUpdateNag: true, enableAutoUpdate: false },
+    }, null, 2));
+    // README: qwen mcp add --scope user agentbox /path/to/agentbox/build/agentbox serve
+    return [['qwen', 'mcp', 'add', '--scope', 'user', 'agentbox', ctx.bin, 'serve']];
+  },
+  run: (ctx, prompt) => ['qwen', '--auth-type', 'anthropic', '-m', 'claude-sonnet-4-5', '-p', prompt, '--yolo', '--output-format', 'stream-json'],
+  logs: (ctx) => filesUnder(path.join(ctx.home, '.qwen', 'tmp')).filter((f) => f.endsWith('.log')),
+};
+
+export const all = [claude, codex, gemini, opencode, qwen];

@@ -6,7 +6,7 @@
 # loopback). See docs/hosts.md.
 #
 # Usage: tests/hosts/run.sh [agentbox binary] [--keep] [--timeout S] [host ...]
-#   binary: $AGENTBOX_BIN, else build/agentbox. hosts: claude codex gemini opencode
+#   binary: $AGENTBOX_BIN, else build/agentbox. hosts: claude codex gemini opencode qwen
 #   (default all). Needs `npm ci` here first (scripts/setup does it).
 # Exits non-zero when a host cannot be installed or run, or any check fails.
 set -euo pipefail
@@ -14,10 +14,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
 bin=${AGENTBOX_BIN:-$root/build/agentbox}
-if [[ ${1:-} != -* && -n ${1:-} && ! ${1:-} =~ ^(claude|codex|gemini|opencode)$ ]]; then bin=$1; shift; fi
+if [[ ${1:-} != -* && -n ${1:-} && ! ${1:-} =~ ^(claude|codex|gemini|opencode|qwen)$ ]]; then bin=$1; shift; fi
 [[ -x $bin ]] || { echo "hosts: agentbox binary not found at $bin" >&2; exit 2; }
 node=$here/node_modules/.bin/node
-for b in node claude codex gemini opencode; do
+for b in node claude codex gemini opencode qwen; do
   [[ -x $here/node_modules/.bin/$b ]] || { echo "hosts: $b is not installed; run 'npm ci' in $here first" >&2; exit 2; }
 done
 echo "hosts: agentbox $bin; node $("$node" --version); $(cd "$here" && "$node" -e '

@@ -73,7 +73,13 @@ const errorWith = (code) => (r) => [
   ...fail(new RegExp(`^[^\\n]{0,40}?\\b${code}: `).test(r.text.trimStart()), `text does not start with ${code}: ${clip(r.text)}`),
   ...fail(!/-32602|Structured content does not match/i.test(r.shown), `an MCP protocol error reached the model: ${clip(r.text)}`),
 ];
-const sized = (r) => fail(r.payload <= CAP + ENVELOPE, `is ${r.payload} characters of payload (cap ${CAP} + ${ENVELOPE})`);
+// A host that finds a result too large parks it in a file of its own and shows
+// the model a preview (Qwen Code: "<persisted-output> Output too large (64 KB)").
+const sized = (r) => [
+  ...fail(r.payload <= CAP + ENVELOPE, `is ${r.payload} characters of payload (cap ${CAP} + ${ENVELOPE})`),
+  ...fail(!/Output too large|exceeds maximum allowed tokens/i.test(r.shown.slice(0, 400)),
+    `the host found it too large: ${clip(r.shown.slice(0, 200))}`),
+];
 const shows = (re) => (r) => fail(re.test(r.visible), `does not show ${re}: ${clip(r.text)}`);
 const lastLine = (t) => t.trimEnd().split('\n').pop() ?? '';
 const clip = (t) => JSON.stringify(t.length > 300 ? `${t.slice(0, 200)} … ${t.slice(-100)}` : t);
