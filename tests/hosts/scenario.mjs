@@ -12,7 +12,9 @@ const TEST = [
   '    def test_add(self):', '        self.assertEqual(add(2, 3), 5)', '',
   "if __name__ == '__main__':", '    unittest.main()', '',
 ].join('\n');
-const UNITTEST = '(cd proj && python3 -m unittest -v test_calc 2>&1)';
+// -B: no bytecode cache. The fix keeps calc.py's size and, within a second, its
+// mtime, so a cached calc.pyc would still be taken as fresh and the test fail again.
+const UNITTEST = '(cd proj && python3 -B -m unittest -v test_calc 2>&1)';
 const FETCH = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8765/proj/calc.py').read().decode())"`;
 
 // Inline cap of agentbox's results plus room for the host's own envelope.
