@@ -122,6 +122,16 @@ function print(report) {
   console.log(`  ${host.title}: ${passed(report) ? 'PASS' : 'FAIL'} — ${vs.filter((v) => !v.failures.length).length}/${vs.length} steps as meant, ${secs} s`);
 }
 
+// The real HOME's config of the hosts must stay as it was: every host runs in
+// its own temporary HOME. (~/.claude is left out: the machine's own tooling may
+// use it while this runs.)
+const REAL_HOME_PATHS = ['.codex', '.gemini', '.qwen', '.config/opencode', '.local/share/opencode', '.cache/opencode'];
+function realHomeState() {
+  return REAL_HOME_PATHS.map((p) => {
+    try { const st = fs.statSync(path.join(os.homedir(), p)); return `${p} ${st.mtimeMs}`; } catch { return `${p} absent`; }
+  });
+}
+
 const passed = (r) => !r.problems.length && !r.mcpTrouble.length && r.verdicts.every((v) => !v.failures.length);
 
 async function main() {
@@ -131,15 +141,18 @@ async function main() {
   const chosen = opts.hosts.length ? hosts.all.filter((h) => opts.hosts.includes(h.name)) : hosts.all;
   if (!chosen.length) { console.error(`hosts: unknown host(s) ${opts.hosts.join(' ')}`); process.exit(2); }
   const reports = [];
+  const homeBefore = realHomeState();
   for (const host of chosen) {
     const report = await runHost(host, opts, bindir);
     print(report);
     reports.push(report);
     if (!opts.keep) fs.rmSync(report.home, { recursive: true, force: true });
   }
+  const touched = realHomeState().filter((s, i) => s !== homeBefore[i]);
+  for (const t of touched) console.log(`FAIL  a host changed the real HOME: ~/${t.split(' ')[0]}`);
   console.log('\n=== hosts summary ===');
   for (const r of reports) console.log(`${passed(r) ? 'PASS' : 'FAIL'}  ${r.host.title.padEnd(12)} ${r.verdicts.filter((v) => !v.failures.length).length}/${steps.length} steps, ${r.problems.length + r.mcpTrouble.length} other problems`);
-  process.exit(reports.every(passed) ? 0 : 1);
+  process.exit(reports.every(passed) && !touched.length ? 0 : 1);
 }
 
 main().catch((e) => { console.error(e); process.exit(2); });
