@@ -46,7 +46,9 @@ export function view(r) {
   const wrapped = /^MCP tool '[^']+' reported tool error for function call: [\s\S]*? with response: (\[[\s\S]*\])$/.exec(text);
   if (wrapped) {
     try {
-      const err = JSON.parse(wrapped[1])[0]?.functionResponse?.response?.error ?? {};
+      // The result itself, or (another code path of the same host) under `error`.
+      const resp = JSON.parse(wrapped[1])[0]?.functionResponse?.response ?? {};
+      const err = resp.error && typeof resp.error === 'object' ? resp.error : resp;
       text = Array.isArray(err.content) ? err.content.map((c) => c.text ?? '').join('\n') : String(err.message ?? text);
     } catch { /* leave the host's text as it is */ }
   }

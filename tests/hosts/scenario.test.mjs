@@ -13,8 +13,8 @@ const failuresOf = (label, result) => {
 };
 
 const NOT_FOUND = 'FILE_NOT_FOUND: /workspace/proj/missing.py does not exist (relative paths resolve against the session\'s cwd /workspace)';
-const geminiError = (content) => `MCP tool 'file_read' reported tool error for function call: {"name":"file_read","args":{"path":"proj/missing.py"}} with response: ${
-  JSON.stringify([{ functionResponse: { name: 'file_read', response: { error: { content, isError: true } } } }])}`;
+const geminiError = (content, nested = true) => `MCP tool 'file_read' reported tool error for function call: {"name":"file_read","args":{"path":"proj/missing.py"}} with response: ${
+  JSON.stringify([{ functionResponse: { name: 'file_read', response: nested ? { error: { content, isError: true } } : { content, isError: true } } }])}`;
 
 // How each host wraps a text it passes on, and the error flag it gives.
 const hosts = {
@@ -30,6 +30,8 @@ test('an error result with its code passes behind every host wrapper', () => {
   }
   const gemini = { text: geminiError([{ type: 'text', text: NOT_FOUND }]), isError: true };
   assert.deepEqual(failuresOf('read a missing file', gemini), []);
+  const geminiTop = { text: geminiError([{ type: 'text', text: NOT_FOUND }], false), isError: true };
+  assert.deepEqual(failuresOf('read a missing file', geminiTop), [], 'Gemini CLI, isError at the top of the result');
   assert.deepEqual(failuresOf('read a missing file', { text: `Error: ${NOT_FOUND}`, isError: undefined }), [], 'a short host label');
 });
 
