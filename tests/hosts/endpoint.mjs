@@ -123,7 +123,7 @@ export class Endpoint {
 
   // The next move of the conversation, from what the request already holds.
   next(parsed, names, dialect, body) {
-    const isAgent = Object.values(names).some((n) => n);
+    const isAgent = parsed.tools.length > 0 && Object.values(names).some((n) => n);
     if (!isAgent) return { kind: 'text', text: sideAnswer(dialect, body) };
     this.agentRequests++;
     this.names ??= names;
