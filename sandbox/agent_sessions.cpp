@@ -583,7 +583,7 @@ json Sessions::finish(Session& s, Run& run, AgentRequest& request) {
   auto duration = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - run.started);
   // Budgets are shown_cost (text and structuredContent together) and lines.
   auto [out_budget, err_budget] = split_budget(cost_bound(run.out.total()), cost_bound(run.err.total()), config_.inline_output_chars);
-  auto [out_lines, err_lines] = split_budget(run.out.lines(), run.err.lines(), kMaxShownLines);
+  auto [out_lines, err_lines] = split_budget(run.out.lines() + 1, run.err.lines() + 1, kMaxShownLines);
   auto out = run.out.inline_view(out_budget, out_lines);
   auto err = run.err.inline_view(err_budget, err_lines);
   bool truncated = out.truncated || err.truncated;

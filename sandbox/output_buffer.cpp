@@ -61,7 +61,9 @@ std::size_t shown_cost(std::string_view s) {
 
 std::size_t fit_prefix(std::string_view s, std::size_t budget, std::size_t max_lines) {
   std::size_t i = 0, cost = 0, lines = 0;
-  while (i < s.size()) {
+  // A prefix ends at its max_lines-th newline; without newlines to spend it
+  // may still hold the start of one line.
+  while (i < s.size() && (lines < max_lines || max_lines == 0)) {
     Unit u = unit_at(s, i);
     if (cost + u.cost > budget || (u.newline && lines == max_lines)) break;
     cost += u.cost;

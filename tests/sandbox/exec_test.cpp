@@ -126,7 +126,7 @@ TEST_CASE("large output is capped inline and readable in full with process_outpu
   std::string id = r["process_id"];
   std::string all;
   std::uint64_t offset = 0;
-  for (int page = 0; page < 100; ++page) {
+  for (int page = 0; page < 1000; ++page) {  // pages of at most 750 lines
     auto chunk = f.call("process.output", {{"process_id", id}, {"offset", offset}});
     all += chunk["stdout"].get<std::string>();
     if (chunk["next_offset"] == offset) break;

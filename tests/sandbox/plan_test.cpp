@@ -96,7 +96,7 @@ TEST_CASE("output buffer keeps head and tail of a flood with exact offsets") {
     buffer.append(piece);
   }
   CHECK(buffer.total() == all.size());
-  CHECK(buffer.read(0, 10).data == all.substr(0, 10));
+  CHECK(buffer.read(0, 20).data == all.substr(0, 10));  // the budget is shown_cost: 2 a byte
   auto gap = buffer.read(10, 100);
   CHECK(gap.skipped > 0);
   CHECK(gap.data.find("bytes were dropped") != std::string::npos);
@@ -158,7 +158,9 @@ TEST_CASE("shown cost counts a byte in the text and escaped in JSON") {
   CHECK(shown_cost("\xC3") == 6);          // not UTF-8: U+FFFD twice
   CHECK(shown_cost("\xED\xA0\x80") == 18);  // a surrogate is not UTF-8 either
   CHECK(fit_prefix("abc\xC3\xA9", 7, 10) == 3);
-  CHECK(fit_prefix("a\nb\nc", 100, 1) == 3);
+  CHECK(fit_prefix("a\nb\nc", 100, 1) == 2);
+  CHECK(fit_prefix("abc", 100, 0) == 3);
+  CHECK(fit_prefix("ab\nc", 100, 0) == 2);
   CHECK(fit_suffix("abc\xC3\xA9", 5, 10) == 2);
   CHECK(fit_suffix("a\nb\nc\n", 100, 2) == 4);
 }
