@@ -250,7 +250,7 @@ json ProcessTable::list(const json& params) {
   std::string cursor = param_string(params, "cursor", "");
   std::lock_guard lock(mutex_);
   json list = json::array();
-  json result = {{"truncated", false}};
+  json result = json::object();  // `truncated` only when cut, as before paging
   std::size_t used = 0;
   for (auto it = cursor.empty() ? records_.begin() : records_.upper_bound(cursor); it != records_.end(); ++it) {
     if (!it->second->background) continue;

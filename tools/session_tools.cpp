@@ -20,8 +20,8 @@ void register_session_tools(Registry& registry, const Services& services) {
       if (!page_of(r["sessions"], "session", cursor, cap, next)) return unknown_cursor(cursor);
       std::string text;
       for (const auto& s : r["sessions"]) text += s.value("session", "") + "  " + s.value("cwd", "") + "\n";
-      r["truncated"] = !next.empty();
       if (!next.empty()) {
+        r["truncated"] = true;
         r["next_cursor"] = next;
         text += "[" + std::to_string(r["sessions"].size()) + " sessions shown; next: session_list cursor " + json(next).dump() + "]";
       }

@@ -62,8 +62,9 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
       text += "\n" + s.value("snapshot", "") + "  " + s.value("created_at", "") + "  " + megabytes(s.value("bytes", 0)) +
               "  " + std::to_string(s.value("files", 0)) + " entries  " + label;
     }
-    json out = {{"snapshots", list}, {"truncated", !next.empty()}};
+    json out = {{"snapshots", list}};
     if (!next.empty()) {
+      out["truncated"] = true;
       out["next_cursor"] = next;
       text += "\n[" + std::to_string(list.size()) + " snapshots shown; next: snapshot_list cursor " + json(next).dump() + "]";
     }

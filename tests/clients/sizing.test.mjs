@@ -118,6 +118,11 @@ test('file_read: a 1 MiB length is capped, and a text-only reader pages through 
   assert.ok(back.equals(file), 'the pages put together are the file');
   assert.ok(pages > 30 && pages < 200, `${pages} pages`);
 
+  // A file of empty lines: a page keeps under 1,000 lines, so the hint survives a head-only cut.
+  await call('file_write', { path: '/workspace/empty-lines.txt', content: '\n'.repeat(100_000) });
+  const lines = await call('file_read', { path: '/workspace/empty-lines.txt', length: 1 << 20 });
+  assert.match(checkHintSurvivesCuts(textOf(lines)), /^\[showing bytes 0-1000 of 100000; next: file_read offset 1000\]$/);
+
   // base64 pages are capped as well and say so.
   const b64 = await call('file_read', { path: '/workspace/big.txt', encoding: 'base64', length: 1 << 20 });
   assert.match(checkHintSurvivesCuts(textOf(b64)), /next: file_read offset \d+ encoding "base64"\]$/);
