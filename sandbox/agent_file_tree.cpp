@@ -3,6 +3,7 @@
 #include "sandbox/agent_files.h"
 
 #include "sandbox/file_paths.h"
+#include "sandbox/output_buffer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -44,15 +45,25 @@ std::optional<std::vector<std::string>> read_names(const std::string& dir) {
 
 // Depth-first, children in byte order, symlinks not followed (a link loop or
 // a link to / cannot make a walk endless). visit returns false to stop.
+// The order is that of paths compared component by component, so a page of
+// a list or a search resumes after the path its cursor names: entries up to
+// `after` (components below the root) are skipped, unopened; with
+// visit_after the entry `after` itself is visited again (a search goes on
+// inside that file).
 struct Walk {
   std::size_t max_depth = 64;
   bool include_hidden = true;
   bool skip_git = false;
+  std::vector<std::string> after;
+  bool visit_after = false;
   std::function<bool(const std::string& path, const std::string& name, const struct stat& st, std::size_t depth)> visit;
   std::function<void(const std::string& dir, int err)> unreadable;
   bool stopped = false;
 
-  void run(const std::string& dir, std::size_t depth) {
+  void run(const std::string& dir, std::size_t depth) { walk(dir, depth, !after.empty()); }
+
+ private:
+  void walk(const std::string& dir, std::size_t depth, bool on_cursor) {
     auto names = read_names(dir);
     if (!names) {
       if (unreadable) unreadable(dir, errno);
@@ -62,17 +73,56 @@ struct Walk {
       if (stopped) return;
       if (!include_hidden && name[0] == '.') continue;
       if (skip_git && name == ".git") continue;
+      bool on_path = false;  // this entry is the cursor or holds it
+      if (on_cursor) {
+        if (name < after[depth]) continue;
+        on_path = name == after[depth];
+        on_cursor = on_path;
+      }
+      bool is_cursor = on_path && depth + 1 == after.size();
       std::string path = join(dir, name);
       struct stat st;
       if (lstat(path.c_str(), &st) != 0) continue;  // removed while we looked
-      if (!visit(path, name, st, depth)) {
+      if ((!on_path || (is_cursor && visit_after)) && !visit(path, name, st, depth)) {
         stopped = true;
         return;
       }
-      if (S_ISDIR(st.st_mode) && depth + 1 < max_depth) run(path, depth + 1);
+      if (S_ISDIR(st.st_mode) && depth + 1 < max_depth) walk(path, depth + 1, on_path && !is_cursor);
     }
   }
 };
+
+// A cursor is a path below root; its components below root.
+std::vector<std::string> cursor_components(const std::string& root, const std::string& cursor) {
+  if (cursor.empty()) return {};
+  std::string prefix = root == "/" ? "/" : root + "/";
+  if (cursor.compare(0, prefix.size(), prefix) != 0 || cursor.size() == prefix.size())
+    throw SandboxError(codes::kInvalidArgument, "cursor " + cursor + " is not below " + root +
+                                                    ": pass the next_cursor of the previous page with the same path");
+  std::vector<std::string> parts;
+  std::size_t from = prefix.size();
+  for (std::size_t slash; (slash = cursor.find('/', from)) != std::string::npos; from = slash + 1)
+    parts.push_back(cursor.substr(from, slash - from));
+  parts.push_back(cursor.substr(from));
+  for (const auto& part : parts)
+    if (part.empty()) throw SandboxError(codes::kInvalidArgument, "cursor " + cursor + " has an empty component");
+  return parts;
+}
+
+// What an entry of a list or a search costs in its result: its JSON and the
+// text line tools/file_tools.cpp writes for it (at most its strings, counted
+// JSON-escaped since bytes that are not UTF-8 become U+FFFD, and 24
+// characters).
+std::size_t entry_cost(const json& entry, std::size_t line_chars) { return entry.dump().size() + line_chars + 24; }
+
+// Whether an entry fits a page that has used `used`: with room for its path
+// as the next cursor (in next_cursor and in the text's last line), should
+// it be the last. The first entry always goes in.
+bool fits(std::size_t used, std::size_t cost, const std::string& path, std::size_t cap, bool first) {
+  return first || used + cost + 2 * (json(path).dump().size() + 8) <= cap;
+}
+
+constexpr std::size_t kMaxUnreadable = 20;  // directories named in a list's `unreadable`
 
 std::size_t bounded(const json& params, const char* name, std::size_t fallback, std::size_t max) {
   std::int64_t v = param_int(params, name, static_cast<std::int64_t>(fallback));
@@ -190,26 +240,32 @@ json file_list(const json& params, const FileEnv& env) {
   Walk walk;
   walk.include_hidden = params.value("include_hidden", false);
   walk.max_depth = params.value("recursive", false) ? bounded(params, "max_depth", 10, 64) : 1;
+  walk.after = cursor_components(path, param_string(params, "cursor", ""));
   json entries = json::array();
   bool truncated = false;
+  std::size_t used = 0;
   walk.visit = [&](const std::string& p, const std::string& name, const struct stat& s, std::size_t) {
-    if (entries.size() >= max_entries) {
-      truncated = true;
-      return false;
-    }
     json e = stat_json(p, s);
     e["name"] = name;
     e["path"] = p;
+    std::size_t cost = entry_cost(e, json(p).dump().size() + (e.contains("target") ? e["target"].dump().size() : 0));
+    if (entries.size() >= max_entries || !fits(used, cost, p, env.inline_chars, entries.empty())) {
+      truncated = true;
+      return false;
+    }
+    used += cost;
     entries.push_back(std::move(e));
     return true;
   };
   json unreadable = json::array();
   walk.unreadable = [&](const std::string& dir, int err) {
     if (dir == path) throw file_error(err, "cannot list", path);
-    unreadable.push_back(dir);
+    if (unreadable.size() < kMaxUnreadable) unreadable.push_back(dir);
   };
   walk.run(path, 0);
-  json result = {{"path", path}, {"entries", std::move(entries)}, {"truncated", truncated}};
+  json result = {{"path", path}, {"truncated", truncated}};
+  if (truncated) result["next_cursor"] = entries.back()["path"];
+  result["entries"] = std::move(entries);
   if (!unreadable.empty()) result["unreadable"] = std::move(unreadable);
   return result;
 }
@@ -326,9 +382,22 @@ json file_search(AgentRequest& request, const FileEnv& env) {
   struct stat st;
   if (stat(root.c_str(), &st) != 0) throw file_error(errno, "cannot search", root);
 
+  // The cursor "<path>:<line>" resumes after that line of that file.
+  std::string cursor = param_string(params, "cursor", "");
+  std::string cursor_path;
+  std::size_t cursor_line = 0;
+  if (!cursor.empty()) {
+    std::size_t colon = cursor.rfind(':');
+    std::string digits = colon == std::string::npos ? "" : cursor.substr(colon + 1);
+    if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
+      throw SandboxError(codes::kInvalidArgument, "cursor must be the next_cursor of the previous page (\"<path>:<line>\")");
+    cursor_path = cursor.substr(0, colon);
+    cursor_line = std::stoull(digits);
+  }
   json matches = json::array();
   bool truncated = false;
-  std::size_t scanned = 0, skipped_binary = 0, skipped_large = 0;
+  std::string next_cursor;
+  std::size_t scanned = 0, skipped_binary = 0, skipped_large = 0, used = 0;
   std::string buffer;
   auto search_file = [&](const std::string& path, std::uint64_t size) {
     if (size > kMaxSearchFileBytes) {
@@ -343,19 +412,22 @@ json file_search(AgentRequest& request, const FileEnv& env) {
     }
     const char* data = buffer.data();
     const char* end = data + buffer.size();
-    std::size_t line = 1;
+    std::size_t line = 1, skip_to = path == cursor_path ? cursor_line : 0;
     for (const char* at = data; at < end; ++line) {
       const char* nl = static_cast<const char*>(std::memchr(at, '\n', static_cast<std::size_t>(end - at)));
       const char* line_end = nl ? nl : end;
-      if (regex.matches(at, line_end)) {
-        if (matches.size() >= max_results) {
-          truncated = true;
-          return false;
-        }
+      if (line > skip_to && regex.matches(at, line_end)) {
         std::string_view text(at, static_cast<std::size_t>(line_end - at));
         if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
-        json m = {{"path", path}, {"line", line}, {"text", std::string(text.substr(0, kMaxLineChars))}};
+        json m = {{"path", path}, {"line", line}, {"text", std::string(utf8_prefix(text, kMaxLineChars))}};
         if (text.size() > kMaxLineChars) m["text_truncated"] = true;
+        std::size_t cost = entry_cost(m, json(path).dump().size() + m["text"].dump().size());
+        if (matches.size() >= max_results || !fits(used, cost, path + ":" + std::to_string(line), env.inline_chars, matches.empty())) {
+          truncated = true;
+          next_cursor = matches.back()["path"].get<std::string>() + ":" + std::to_string(matches.back()["line"].get<std::size_t>());
+          return false;
+        }
+        used += cost;
         matches.push_back(std::move(m));
       }
       at = line_end + 1;
@@ -394,9 +466,12 @@ json file_search(AgentRequest& request, const FileEnv& env) {
     Walk walk;
     walk.skip_git = true;
     walk.include_hidden = params.value("include_hidden", true);
+    walk.after = cursor_components(root, cursor_path);
+    walk.visit_after = true;
     walk.visit = [&](const std::string& p, const std::string& name, const struct stat& s, std::size_t) {
       if (request.cancelled() || scanned >= kMaxFilesScanned) {
         truncated = true;
+        next_cursor = p + ":0";  // this file and the rest are not searched yet
         return false;
       }
       if (!S_ISREG(s.st_mode) || !glob_matches(p, name)) return true;
@@ -406,9 +481,11 @@ json file_search(AgentRequest& request, const FileEnv& env) {
   } else {
     throw SandboxError(codes::kInvalidArguments, root + " is neither a file nor a directory");
   }
-  return {{"matches", std::move(matches)},   {"truncated", truncated},
-          {"files_searched", scanned},       {"skipped_binary", skipped_binary},
-          {"skipped_large", skipped_large}};
+  json result = {{"matches", std::move(matches)},   {"truncated", truncated},
+                 {"files_searched", scanned},       {"skipped_binary", skipped_binary},
+                 {"skipped_large", skipped_large}};
+  if (!next_cursor.empty()) result["next_cursor"] = next_cursor;
+  return result;
 }
 
 }  // namespace agentbox::sandbox

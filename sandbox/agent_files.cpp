@@ -3,6 +3,7 @@
 
 #include "sandbox/base64.h"
 #include "sandbox/file_paths.h"
+#include "sandbox/output_buffer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -26,10 +27,6 @@ namespace agentbox::sandbox {
 
 namespace {
 
-// A text page is also cut by its JSON-escaped size: content appears twice in
-// a tool result (text and structuredContent), and a page of control
-// characters would grow six-fold as \u00XX escapes.
-constexpr std::size_t kMaxEscapedBytes = 2 << 20;
 constexpr std::size_t kScanChunk = 64 * 1024;
 
 struct Fd {
@@ -163,26 +160,29 @@ struct TextPage {
   bool incomplete_at_eof = false;
 };
 
-// How much of page to return: whole characters, at most max_chars of them,
-// starting before `limit` bytes, within the escaped-size budget.
-TextPage cut_text(std::string_view page, std::size_t limit, std::size_t max_chars, bool at_eof) {
-  TextPage out;
-  std::size_t chars = 0, escaped = 0;
-  while (out.bytes < page.size() && out.bytes < limit && chars < max_chars) {
-    auto c = static_cast<unsigned char>(page[out.bytes]);
-    std::size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    if (out.bytes + len > page.size()) {
-      out.incomplete_at_eof = at_eof;
-      break;
-    }
-    std::size_t cost = len;
-    if (c == '"' || c == '\\') cost = 2;
-    else if (c < 0x20) cost = (c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') ? 2 : 6;
-    if (escaped + cost > kMaxEscapedBytes && out.bytes > 0) break;
-    escaped += cost;
-    out.bytes += len;
-    ++chars;
+// Bytes of a character cut off by the end of page (0 if none).
+std::size_t incomplete_tail(std::string_view page) {
+  for (std::size_t back = 1; back <= std::min<std::size_t>(3, page.size()); ++back) {
+    auto c = static_cast<unsigned char>(page[page.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;
+    std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return len > back ? back : 0;
   }
+  return 0;
+}
+
+// How much of page to return: whole characters starting before `limit`
+// bytes, within the inline cap as the result shows them (text and
+// structuredContent, output_buffer.h) and its line count.
+TextPage cut_text(std::string_view page, std::size_t limit, std::size_t budget, bool at_eof) {
+  TextPage out;
+  std::size_t end = std::min(page.size(), limit);
+  while (end < page.size() && (static_cast<unsigned char>(page[end]) & 0xC0) == 0x80) ++end;
+  std::string_view range = page.substr(0, end);
+  std::size_t partial = incomplete_tail(range);
+  range.remove_suffix(partial);
+  out.bytes = fit_prefix(range, budget, kMaxShownLines);
+  out.incomplete_at_eof = at_eof && partial > 0 && out.bytes == range.size();
   return out;
 }
 
@@ -203,9 +203,11 @@ json file_read(const json& params, const FileEnv& env) {
   Fd fd(open_regular(path, st));
   std::uint64_t offset = static_cast<std::uint64_t>(optional_int(params, "offset", 0));
   bool explicit_length = has(params, "length");
-  std::size_t limit = explicit_length ? std::min<std::uint64_t>(optional_int(params, "length", 0), kMaxPageBytes)
-                                      : (text ? env.inline_chars * 4 : env.inline_chars / 4 * 3);
-  std::size_t max_chars = explicit_length ? SIZE_MAX : env.inline_chars;
+  // A page is shown twice, in the text and in structuredContent, and both
+  // together stay within the inline cap whatever `length` asks for: a text
+  // byte costs at least 2 (cut_text counts the rest), a base64 character 2.
+  std::size_t page_cap = text ? env.inline_chars / 2 : env.inline_chars / 8 * 3;
+  std::size_t limit = explicit_length ? std::min<std::uint64_t>(optional_int(params, "length", 0), page_cap) : page_cap;
   std::int64_t start_line = 0;
   if (by_lines) {
     start_line = optional_int(params, "start_line", 1);
@@ -230,7 +232,7 @@ json file_read(const json& params, const FileEnv& env) {
     std::string_view page = std::string_view(data).substr(std::min(start, data.size()));
     limit += back - start;
     if (!looks_text(page)) throw binary_error(path, static_cast<std::uint64_t>(st.st_size), head);
-    TextPage cut = cut_text(page, limit, max_chars, at_eof);
+    TextPage cut = cut_text(page, limit, env.inline_chars, at_eof);
     if (cut.incomplete_at_eof) throw binary_error(path, static_cast<std::uint64_t>(st.st_size), head);
     offset = offset - back + start;
     result["content"] = std::string(page.substr(0, cut.bytes));

@@ -6,9 +6,11 @@
 // mounts); file_paths.h adds the policy (writable areas, path checks).
 // Relative paths resolve against the session's working directory.
 //
-// Sizes: a read returns one page (the inline cap in characters by default,
-// up to kMaxPageBytes when `length` is given), so no message grows past a few
-// MB; big files are written with append and read page by page. Writes replace
+// Sizes: a read returns one page, a list or a search one page of entries,
+// each within the inline cap as a result shows it (text and structuredContent
+// together, output_buffer.h); `length`, max_entries and max_results only
+// shrink a page, and a cursor or next_offset continues. Big files are written
+// with append and read page by page. Writes replace
 // a file atomically (a temporary file in the same directory renamed over it),
 // see docs/files.md for the durability choice.
 #pragma once
@@ -21,7 +23,6 @@
 
 namespace agentbox::sandbox {
 
-inline constexpr std::size_t kMaxPageBytes = 1 << 20;         // file.read with an explicit length
 inline constexpr std::size_t kMaxEditBytes = 16 << 20;        // file.edit loads the file whole
 inline constexpr std::size_t kMaxListEntries = 10'000;
 inline constexpr std::size_t kMaxSearchResults = 1'000;
@@ -29,7 +30,7 @@ inline constexpr std::size_t kMaxSearchResults = 1'000;
 // What every operation needs besides its parameters.
 struct FileEnv {
   std::string cwd = "/workspace";     // the session's working directory
-  std::size_t inline_chars = 30'000;  // default page of a text read
+  std::size_t inline_chars = 30'000;  // the inline cap (shown_cost of a page)
 };
 
 json file_read(const json& params, const FileEnv& env);

@@ -118,7 +118,11 @@ std::shared_ptr<ProcessTable::Record> ProcessTable::find(const json& params) {
 }
 
 json ProcessTable::describe(const Record& r) const {
-  json j = {{"process_id", r.id}, {"command", r.command}, {"status", r.status}, {"pid", r.pid}};
+  // A command can be a whole script: results show its start (docs/files.md,
+  // "What hosts show").
+  std::size_t shown = fit_prefix(r.command, kShownCommandCost, 2);
+  json j = {{"process_id", r.id}, {"command", r.command.substr(0, shown)}, {"status", r.status}, {"pid", r.pid}};
+  if (shown < r.command.size()) j["command_truncated"] = true;
   j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
   if (!r.signal.empty()) j["signal"] = r.signal;
   return j;
@@ -247,13 +251,28 @@ json ProcessTable::start(const json& params) {
   return {{"process_id", record->id}, {"pid", record->pid}, {"status", "running"}};
 }
 
-json ProcessTable::list() {
+json ProcessTable::list(const json& params) {
+  std::string cursor = param_string(params, "cursor", "");
   std::lock_guard lock(mutex_);
   json list = json::array();
-  for (const auto& [id, r] : records_) {
-    if (r->background) list.push_back(describe(*r));
+  json result = json::object();  // `truncated` only when cut, as before paging
+  std::size_t used = 0;
+  for (auto it = cursor.empty() ? records_.begin() : records_.upper_bound(cursor); it != records_.end(); ++it) {
+    if (!it->second->background) continue;
+    json entry = describe(*it->second);
+    // Shown twice (a text line and its JSON), with room for its id as the
+    // next cursor should it be the last.
+    std::size_t cost = 2 * entry.dump().size();
+    if (!list.empty() && used + cost + 2 * (it->first.size() + 8) > config_.inline_output_chars) {
+      result["truncated"] = true;
+      result["next_cursor"] = list.back()["process_id"];
+      break;
+    }
+    used += cost;
+    list.push_back(std::move(entry));
   }
-  return {{"processes", list}};
+  result["processes"] = std::move(list);
+  return result;
 }
 
 json ProcessTable::output(AgentRequest& request) {
@@ -282,8 +301,7 @@ json ProcessTable::output(AgentRequest& request) {
   auto done = [&] {
     bool finished = record->status != "running" && record->open_streams == 0;
     if (pattern) {
-      std::string fresh = record->out.read(offset, record->out.total()).data + "\n" +
-                          record->err.read(err_offset, record->err.total()).data;
+      std::string fresh = record->out.held_from(offset) + "\n" + record->err.held_from(err_offset);
       matched = std::regex_search(fresh, *pattern);
       return matched || finished || request.cancelled();
     }
@@ -291,10 +309,12 @@ json ProcessTable::output(AgentRequest& request) {
   };
   if (wait.count() > 0) record->changed.wait_for(lock, wait, done);
   else done();
-  auto [out_budget, err_budget] = split_budget(record->out.total() - std::min(offset, record->out.total()),
-                                               record->err.total() - std::min(err_offset, record->err.total()), budget);
-  auto out = record->out.read(offset, std::max<std::size_t>(out_budget, 1024));
-  auto err = record->err.read(err_offset, std::max<std::size_t>(err_budget, 1024));
+  // Budgets are shown_cost (text and structuredContent together); each
+  // stream keeps some, so a flood on one does not starve the other.
+  auto [out_budget, err_budget] = split_budget(cost_bound(record->out.total() - std::min(offset, record->out.total())),
+                                               cost_bound(record->err.total() - std::min(err_offset, record->err.total())), budget);
+  auto out = record->out.read(offset, std::max<std::size_t>(out_budget, 1024), kMaxShownLines - kMaxShownLines / 4);
+  auto err = record->err.read(err_offset, std::max<std::size_t>(err_budget, 1024), kMaxShownLines / 4);
   json result = describe(*record);
   result.erase("command");
   result["stdout"] = out.data;
@@ -472,7 +492,7 @@ void ProcessTable::kill_all() {
 
 void register_process_methods(MethodTable& table, ProcessTable& p) {
   table["process.start"] = [&p](AgentRequest& r) { return p.start(r.params()); };
-  table["process.list"] = [&p](AgentRequest&) { return p.list(); };
+  table["process.list"] = [&p](AgentRequest& r) { return p.list(r.params()); };
   table["process.adopt_lost"] = [&p](AgentRequest& r) { return p.adopt_lost(r.params()); };
   table["process.output"] = [&p](AgentRequest& r) { return p.output(r); };
   table["process.wait"] = [&p](AgentRequest& r) { return p.wait(r); };

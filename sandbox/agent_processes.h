@@ -34,7 +34,7 @@ class ProcessTable {
   ~ProcessTable();
 
   json start(const json& params);
-  json list();
+  json list(const json& params);  // a page from after `cursor` (a process_id), within the inline cap
   json output(AgentRequest& request);
   json wait(AgentRequest& request);
   json kill(const json& params);
@@ -52,6 +52,7 @@ class ProcessTable {
 
   static constexpr std::size_t kMaxBackground = 64;
   static constexpr std::size_t kMaxExecOutputs = 16;
+  static constexpr std::size_t kShownCommandCost = 200;  // of a command in results (shown_cost)
 
  private:
   struct Record;

@@ -582,13 +582,14 @@ json Sessions::finish(Session& s, Run& run) {
     if (name.rfind("SIG", 0) == 0 && std::isalpha(static_cast<unsigned char>(name[3]))) run.signal = name;
   }
   auto duration = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - run.started);
-  auto [out_budget, err_budget] = split_budget(run.out.total(), run.err.total(), config_.inline_output_chars);
+  // Budgets are shown_cost (text and structuredContent together) and lines.
+  auto [out_budget, err_budget] = split_budget(cost_bound(run.out.total()), cost_bound(run.err.total()), config_.inline_output_chars);
+  auto [out_lines, err_lines] = split_budget(run.out.lines() + 1, run.err.lines() + 1, kMaxShownLines);
+  auto out = run.out.inline_view(out_budget, out_lines);
+  auto err = run.err.inline_view(err_budget, err_lines);
+  bool truncated = out.truncated || err.truncated;
   std::string id;
-  bool truncated = run.out.total() > out_budget || run.err.total() > err_budget || run.out.dropped() || run.err.dropped();
   if (truncated) id = processes_.reserve_exec_id();
-  std::string hint = "process_output with process_id \"" + id + "\" pages the full output (offset for stdout, stderr_offset for stderr)";
-  auto out = run.out.inline_view(out_budget, hint);
-  auto err = run.err.inline_view(err_budget, hint);
   json result = {
       {"exit_code", run.exit_code},   {"stdout", out.text},
       {"stderr", err.text},           {"success", run.exit_code == 0 && !killed},
@@ -607,6 +608,8 @@ json Sessions::finish(Session& s, Run& run) {
   }
   if (truncated) {
     result["process_id"] = id;
+    result["next_offset"] = out.cut_from;  // where process_output pages on: the first byte not shown
+    result["stderr_next_offset"] = err.cut_from;
     processes_.add_exec_output(id, run.command, std::move(run.out), std::move(run.err), run.exit_code);
   }
   return result;

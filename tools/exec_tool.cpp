@@ -9,6 +9,10 @@ namespace {
 
 constexpr std::chrono::seconds kAgentSlack{30};
 
+// The status line comes last, with the way to the cut output when there is
+// one: hosts that cut a long text keep its head (opencode, 2,000 lines) or
+// its head and tail (Codex, 12 KB), and the agent keeps the text within
+// 1,000 lines (docs/files.md, "What hosts show").
 std::string exec_text(const json& r) {
   std::string text = r.value("stdout", "");
   std::string err = r.value("stderr", "");
@@ -17,12 +21,18 @@ std::string exec_text(const json& r) {
     text += "[stderr]\n" + err;
   }
   if (!text.empty() && text.back() != '\n') text += '\n';
+  if (r.contains("notice")) text += r["notice"].get<std::string>() + "\n";
   text += "[exit code " + std::to_string(r.value("exit_code", -1));
   if (r.contains("signal")) text += " (" + r["signal"].get<std::string>() + ")";
   if (r.value("timed_out", false)) text += ", timed out";
-  text += ", " + std::to_string(r.value("duration_ms", 0)) + " ms]";
-  if (r.contains("notice")) text += "\n" + r["notice"].get<std::string>();
-  return text;
+  text += ", " + std::to_string(r.value("duration_ms", 0)) + " ms";
+  if (r.contains("process_id")) {
+    text += "; output cut: stdout " + std::to_string(r.value("stdout_bytes", 0)) + " bytes, stderr " +
+            std::to_string(r.value("stderr_bytes", 0)) + "; next: process_output process_id " +
+            json(r.value("process_id", "")).dump() + " offset " + std::to_string(r.value("next_offset", 0)) +
+            " stderr_offset " + std::to_string(r.value("stderr_next_offset", 0));
+  }
+  return text + "]";
 }
 
 }  // namespace

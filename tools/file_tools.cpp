@@ -1,12 +1,11 @@
 // File tools: file_read, file_write, file_edit, file_list, file_stat,
 // file_mkdir, file_delete, file_move, file_search. Each maps to one agent
 // method (sandbox/agent_files.h), which runs inside the sandbox; this file
-// only names the method and turns its result into the short text the model
-// reads. The structured result is the agent's result as is.
+// only names the method and turns its result into the text the model reads.
+// The structured result is the agent's result as is.
 #include "tools/sandbox_call.h"
 
 #include "sandbox/agent_files.h"
-#include "sandbox/output_buffer.h"
 
 namespace agentbox::tools {
 
@@ -17,33 +16,28 @@ using std::chrono::milliseconds;
 std::string str(const json& r, const char* key) { return r.value(key, std::string()); }
 std::string num(const json& r, const char* key) { return std::to_string(r.value(key, std::uint64_t{0})); }
 
-// The model sees the text: a page asked for with a large `length` (up to
-// 1 MiB, for programs that page through structuredContent) is shown up to the
-// inline cap, so the message carries the big page once, not twice.
-constexpr std::size_t kInlineTextBytes = 30'000;
-
+// Each text stands alone for hosts that show the model only the text (Gemini
+// CLI, opencode, Qwen Code): it carries the payload and, when there is more,
+// ends with a line that says how to get it (docs/files.md, "What hosts
+// show"). The agent sized the payload for text and structuredContent together.
 std::string read_text(const json& r) {
   auto content = r.find("content");
-  std::string_view page = content != r.end() && content->is_string()
-                              ? std::string_view(content->get_ref<const std::string&>())
-                              : std::string_view();
-  if (page.empty() && !r.value("truncated", false)) {
+  std::string text = content != r.end() && content->is_string() ? content->get<std::string>() : std::string();
+  bool more = r.value("truncated", false);
+  if (text.empty() && !more) {
     return "(" + str(r, "path") + ": no content from byte " + num(r, "offset") + ", file size " + num(r, "size") + ")";
   }
-  if (page.size() > kInlineTextBytes) {
-    std::string text(sandbox::utf8_prefix(page, kInlineTextBytes));
-    if (text.back() != '\n') text += '\n';
-    return text + "[... the first " + std::to_string(text.size()) + " of the " + num(r, "bytes") +
-           " bytes read are shown here; structuredContent.content has them all; next_offset " + num(r, "next_offset") +
-           (r.value("truncated", false) ? " continues the file]" : " is the end of the file]");
-  }
-  std::string text(page);
-  if (r.value("truncated", false)) {
-    if (!text.empty() && text.back() != '\n') text += '\n';
-    text += "[... bytes " + num(r, "offset") + "-" + num(r, "next_offset") + " of " + num(r, "size") +
-            " shown; call file_read with offset " + num(r, "next_offset") + " to read on]";
-  }
-  return text;
+  if (!more && r.value("offset", std::uint64_t{0}) == 0) return text;  // the whole file
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  text += "[showing bytes " + num(r, "offset") + "-" + num(r, "next_offset") + " of " + num(r, "size");
+  if (!more) return text + "; the end of the file]";
+  return text + "; next: file_read offset " + num(r, "next_offset") +
+         (str(r, "encoding") == "base64" ? " encoding \"base64\"]" : "]");
+}
+
+// The hint of a list cut into pages: the same call again from the cursor.
+std::string next_page(const char* tool, const json& r) {
+  return "next: " + std::string(tool) + " with the same arguments and cursor " + r.value("next_cursor", json("")).dump();
 }
 
 std::string list_text(const json& r) {
@@ -57,7 +51,8 @@ std::string list_text(const json& r) {
     text += "\n";
   }
   if (text.empty()) text = "(" + str(r, "path") + " is empty)\n";
-  if (r.value("truncated", false)) text += "[list cut at " + std::to_string(agent_array(r, "entries").size()) + " entries]\n";
+  if (r.value("truncated", false))
+    text += "[" + std::to_string(agent_array(r, "entries").size()) + " entries shown; " + next_page("file_list", r) + "]";
   return text;
 }
 
@@ -74,7 +69,7 @@ std::string search_text(const json& r) {
   for (const auto& m : agent_array(r, "matches")) text += str(m, "path") + ":" + num(m, "line") + ":" + str(m, "text") + "\n";
   text += "[" + std::to_string(agent_array(r, "matches").size()) + " matches, " + num(r, "files_searched") + " files searched";
   if (r.value("skipped_binary", 0) > 0) text += ", " + num(r, "skipped_binary") + " binary files skipped";
-  if (r.value("truncated", false)) text += "; more matches exist: narrow the pattern, path or glob, or raise max_results";
+  if (r.contains("next_cursor")) text += "; " + next_page("file_search", r);
   return text + "]";
 }
 

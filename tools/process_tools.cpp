@@ -18,13 +18,18 @@ std::string status_line(const json& r) {
   return text;
 }
 
+// The last line says where the next page starts (docs/files.md, "What hosts
+// show"); the agent keeps a page within the inline cap and 1,000 lines.
 std::string output_text(const json& r) {
   std::string text = r.value("stdout", "");
   if (!r.value("stderr", "").empty()) text += (text.empty() || text.back() == '\n' ? "" : "\n") + std::string("[stderr]\n") + r.value("stderr", "");
   if (!text.empty() && text.back() != '\n') text += '\n';
-  text += "[" + r.value("status", "") + ", next_offset " + std::to_string(r.value("next_offset", 0)) +
-          ", stderr_next_offset " + std::to_string(r.value("stderr_next_offset", 0)) + "]";
-  return text;
+  std::string out = std::to_string(r.value("next_offset", 0)), err = std::to_string(r.value("stderr_next_offset", 0));
+  text += "[" + status_line(r) + "; stdout read to byte " + out + " of " + std::to_string(r.value("stdout_bytes", 0)) +
+          ", stderr to " + err + " of " + std::to_string(r.value("stderr_bytes", 0));
+  if (r.value("complete", false)) return text + "; all output read]";
+  return text + "; next: process_output process_id " + json(r.value("process_id", "")).dump() + " offset " + out +
+         " stderr_offset " + err + "]";
 }
 
 void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method,
@@ -46,8 +51,13 @@ void register_process_tools(Registry& registry, const Services& services) {
   registry.keep_session_order("process_start");
   bind_tool(registry, services, "process_list", "process.list", fixed, [](const json& r) {
     std::string text;
-    for (const auto& p : agent_array(r, "processes")) text += status_line(p) + "  " + p.value("command", "") + "\n";
-    return ToolResult::ok(r, text.empty() ? "No background processes." : text);
+    for (const auto& p : agent_array(r, "processes"))
+      text += status_line(p) + "  " + p.value("command", "") + (p.value("command_truncated", false) ? " [...]" : "") + "\n";
+    if (text.empty()) text = "No background processes.";
+    if (r.value("truncated", false))
+      text += "[" + std::to_string(agent_array(r, "processes").size()) + " processes shown; next: process_list cursor " +
+              r.value("next_cursor", json("")).dump() + "]";
+    return ToolResult::ok(r, text);
   });
   bind_tool(registry, services, "process_output", "process.output",
        [](const json& a) { return milliseconds(a.value("wait_ms", 0)) + kSlack; },

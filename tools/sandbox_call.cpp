@@ -29,6 +29,31 @@ const json& agent_array(const json& result, const char* key) {
   return *it;
 }
 
+bool page_of(json& entries, const char* key, const std::string& cursor, std::size_t cap, std::string& next) {
+  std::size_t i = 0;
+  if (!cursor.empty()) {
+    while (i < entries.size() && entries[i].value(key, "") != cursor) ++i;
+    if (i == entries.size()) return false;
+    ++i;
+  }
+  json page = json::array();
+  for (std::size_t used = 0; i < entries.size(); ++i) {
+    std::size_t cost = 2 * entries[i].dump().size();  // a text line and its JSON
+    if (!page.empty() && used + cost + 2 * (entries[i].value(key, "").size() + 8) > cap) break;
+    used += cost;
+    page.push_back(std::move(entries[i]));
+  }
+  next = i < entries.size() ? page.back().value(key, "") : "";
+  entries = std::move(page);
+  return true;
+}
+
+ToolResult unknown_cursor(const std::string& cursor) {
+  return ToolResult::error(sandbox::codes::kInvalidArguments,
+                           "cursor '" + cursor + "' names no entry of this list (gone since?); list again without it");
+}
+
+
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
   if (!services.sandboxes) {
     reply(ToolResult::error(sandbox::codes::kSandboxUnavailable, "this server was started without sandbox support"));

@@ -43,6 +43,16 @@ ToolResult error_result(const sandbox::SandboxError& error);
 // A snapshot as tools show it (snapshot_list, sandbox_status).
 json snapshot_json(const persistence::SnapshotRecord& snapshot);
 
+// One page of a list the server answers from its own records: the entries
+// after the one whose `key` is `cursor` (all with an empty cursor) that fit
+// the inline cap as a result shows them, a text line and its JSON each
+// (docs/files.md, "What hosts show"). Sets `next` to the next cursor, empty
+// when the rest fit; false when no entry has the cursor.
+bool page_of(json& entries, const char* key, const std::string& cursor, std::size_t cap, std::string& next);
+
+// The error result for a cursor page_of did not find.
+ToolResult unknown_cursor(const std::string& cursor);
+
 // Runs a job that may block (a sandbox start, restore, snapshot or destroy)
 // off the dispatcher's pool, on a reused thread.
 void run_blocking(std::function<void()> job);

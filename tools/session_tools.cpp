@@ -11,10 +11,21 @@ void register_session_tools(Registry& registry, const Services& services) {
     });
   });
   registry.add("session_list", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    (void)args;
-    call_agent(services, context, reply, {"session.list", json::object()}, [](const json& r) {
+    std::string cursor = args.value("cursor", "");
+    sandbox::Manager* manager = manager_or_reply(services, reply);
+    if (!manager) return;
+    std::size_t cap = manager->options().limits.inline_output_chars;
+    call_agent(services, context, reply, {"session.list", json::object()}, [cursor, cap](json r) {
+      std::string next;
+      agent_array(r, "sessions");  // a wrong shape from the box is an error, not a null list
+      if (!page_of(r["sessions"], "session", cursor, cap, next)) return unknown_cursor(cursor);
       std::string text;
       for (const auto& s : agent_array(r, "sessions")) text += s.value("session", "") + "  " + s.value("cwd", "") + "\n";
+      if (!next.empty()) {
+        r["truncated"] = true;
+        r["next_cursor"] = next;
+        text += "[" + std::to_string(r["sessions"].size()) + " sessions shown; next: session_list cursor " + json(next).dump() + "]";
+      }
       return ToolResult::ok(r, text);
     });
   });

@@ -48,18 +48,28 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
       }
     });
   });
-  registry.add("snapshot_list", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
+  registry.add("snapshot_list", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
     sandbox::Manager* manager = manager_or_reply(services, reply);
     if (!manager) return;
     json list = json::array();
+    for (const auto& s : manager->snapshots(context->conversation())) list.push_back(snapshot_json(s));
+    std::string cursor = args.value("cursor", ""), next;
+    if (!page_of(list, "snapshot", cursor, manager->options().limits.inline_output_chars, next))
+      return reply(unknown_cursor(cursor));
     std::string text;
-    for (const auto& s : manager->snapshots(context->conversation())) {
-      list.push_back(snapshot_json(s));
-      text += "\n" + s.id + "  " + s.created_at + "  " + megabytes(s.bytes) + "  " + std::to_string(s.files) +
-              " entries  " + (s.label.empty() ? s.reason : "'" + s.label + "'");
+    for (const auto& s : list) {
+      std::string label = s["label"].is_string() ? "'" + s["label"].get<std::string>() + "'" : s.value("reason", "");
+      text += "\n" + s.value("snapshot", "") + "  " + s.value("created_at", "") + "  " + megabytes(s.value("bytes", 0)) +
+              "  " + std::to_string(s.value("files", 0)) + " entries  " + label;
     }
-    reply(ToolResult::ok({{"snapshots", list}}, list.empty() ? "No snapshots for this conversation yet."
-                                                             : std::to_string(list.size()) + " snapshot(s):" + text));
+    json out = {{"snapshots", list}};
+    if (!next.empty()) {
+      out["truncated"] = true;
+      out["next_cursor"] = next;
+      text += "\n[" + std::to_string(list.size()) + " snapshots shown; next: snapshot_list cursor " + json(next).dump() + "]";
+    }
+    reply(ToolResult::ok(std::move(out), list.empty() && cursor.empty() ? "No snapshots for this conversation yet."
+                                                                       : std::to_string(list.size()) + " snapshot(s):" + text));
   });
   registry.add("sandbox_restore", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
     sandbox::Manager* manager = manager_or_reply(services, reply);

@@ -101,15 +101,17 @@ TEST_CASE("text edge cases: unicode, empty, no trailing newline, CRLF, NUL, long
   CHECK(f.exec("wc -c < nul.txt")["stdout"] == "3\n");
   CHECK(code_of(f, "file.read", {{"path", "nul.txt"}}) == codes::kBinaryFile);
 
-  // A 200,000-character line: the default page stops at the inline cap and
-  // says where to go on; paging gets every byte back.
+  // A 200,000-character line: a page stops at the inline cap, counted for
+  // the text and structuredContent together (15,000 characters each), and
+  // says where to go on, whatever `length` asks; paging gets every byte back.
   std::string long_line(200'000, 'x');
   long_line += "\n";
   write(f, "long.txt", long_line);
   r = f.call("file.read", {{"path", "long.txt"}});
   CHECK(r["truncated"] == true);
-  CHECK(r["content"].get<std::string>().size() == 30'000);
-  CHECK(r["next_offset"] == 30'000);
+  CHECK(r["content"].get<std::string>().size() == 15'000);
+  CHECK(r["next_offset"] == 15'000);
+  CHECK(f.call("file.read", {{"path", "long.txt"}, {"length", 1 << 20}})["bytes"] == 15'000);
   CHECK(r["size"] == 200'001);
   CHECK(read_all_text(f, "long.txt", 65'536) == long_line);
 }
@@ -335,6 +337,29 @@ TEST_CASE("listing: order, hidden entries, depth, caps, symlinks") {
   r = f.call("file.list", {{"path", "t"}, {"recursive", true}, {"max_entries", 3}});
   CHECK(r["entries"].size() == 3);
   CHECK(r["truncated"] == true);
+  // next_cursor pages on in walk order: the pages together are the whole list.
+  json all = f.call("file.list", {{"path", "t"}, {"recursive", true}})["entries"], paged = json::array();
+  for (json page = r;;) {
+    for (const auto& e : page["entries"]) paged.push_back(e["path"]);
+    if (!page["truncated"].get<bool>()) break;
+    CHECK(page["next_cursor"] == page["entries"].back()["path"]);
+    page = f.call("file.list", {{"path", "t"}, {"recursive", true}, {"max_entries", 3}, {"cursor", page["next_cursor"]}});
+  }
+  json walked = json::array();
+  for (const auto& e : all) walked.push_back(e["path"]);
+  CHECK(paged == walked);
+  CHECK(code_of(f, "file.list", {{"path", "t"}, {"cursor", "/etc/x"}}) == codes::kInvalidArguments);
+  // The inline cap bounds a page whatever max_entries says.
+  f.exec("mkdir many && (cd many && seq -f 'entry-%05g' 2000 | xargs touch)");
+  r = f.call("file.list", {{"path", "many"}, {"max_entries", 10'000}});
+  CHECK(r["truncated"] == true);
+  CHECK(r["entries"].size() > 50);
+  CHECK(r["entries"].size() < 2000);
+  // The JSON, plus a text line per entry (tests/clients/sizing.test.mjs measures both).
+  std::size_t lines = 0;
+  for (const auto& e : r["entries"]) lines += e["path"].get<std::string>().size() + 24;
+  CHECK(r.dump().size() + lines <= 30'000);
+  CHECK(r.dump().size() + lines > 25'000);
   CHECK(f.call("file.list", json::object())["path"] == "/workspace");
   CHECK(code_of(f, "file.list", {{"path", "t/z"}}) == codes::kNotDirectory);
   CHECK(code_of(f, "file.list", {{"path", "nowhere"}}) == codes::kFileNotFound);
@@ -422,6 +447,15 @@ TEST_CASE("search: matches, glob, binary and .git skipped, cap, bad patterns") {
   r = f.call("file.search", {{"pattern", "hit"}, {"path", "s"}, {"max_results", 10}});
   CHECK(r["matches"].size() == 10);
   CHECK(r["truncated"] == true);
+  CHECK(r["next_cursor"] == "/workspace/s/many:10");
+  std::size_t found = 0;
+  for (json page = r;;) {
+    found += page["matches"].size();
+    if (!page["truncated"].get<bool>()) break;
+    page = f.call("file.search", {{"pattern", "hit"}, {"path", "s"}, {"max_results", 10}, {"cursor", page["next_cursor"]}});
+  }
+  CHECK(found == 50);
+  CHECK(code_of(f, "file.search", {{"pattern", "hit"}, {"path", "s"}, {"cursor", "no line"}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.search", {{"pattern", "(unclosed"}}) == codes::kInvalidArguments);
   CHECK(code_of(f, "file.search", {{"pattern", "x"}, {"path", "nowhere"}}) == codes::kFileNotFound);
 }
@@ -487,18 +521,22 @@ TEST_CASE("big files are written in chunks and read in pages") {
   for (std::size_t i = 0; i < chunks; ++i)
     write(f, "big.bin", encoded, {{"encoding", "base64"}, {"mode", i == 0 ? "overwrite" : "append"}});
   CHECK(f.call("file.stat", {{"path", "big.bin"}})["size"] == chunk * chunks);
+  // A base64 page is 15,000 characters (11,250 bytes), shown in the text and
+  // in structuredContent: about 1,500 pages.
+  const std::size_t page = 11'250;
   std::uint64_t offset = 0;
   std::size_t pages = 0;
   bool same = true;
   for (;;) {
     auto r = f.call("file.read", {{"path", "big.bin"}, {"encoding", "base64"}, {"offset", offset}, {"length", chunk}});
-    same = same && *base64_decode(r["content"].get<std::string>()) == block;
+    std::string bytes = *base64_decode(r["content"].get<std::string>());
+    for (std::size_t i = 0; same && i < bytes.size(); ++i) same = bytes[i] == block[(offset + i) % chunk];
     offset = r["next_offset"];
     ++pages;
     if (!r["truncated"].get<bool>()) break;
   }
   CHECK(same);
-  CHECK(pages == chunks);
-  // A page asked for beyond 1 MiB is cut to 1 MiB.
-  CHECK(f.call("file.read", {{"path", "big.bin"}, {"encoding", "base64"}, {"length", 4 * chunk}})["bytes"] == chunk);
+  CHECK(offset == chunk * chunks);
+  CHECK(pages == (chunk * chunks + page - 1) / page);
+  CHECK(f.call("file.read", {{"path", "big.bin"}, {"encoding", "base64"}, {"length", 4 * chunk}})["bytes"] == page);
 }

@@ -96,7 +96,7 @@ TEST_CASE("output buffer keeps head and tail of a flood with exact offsets") {
     buffer.append(piece);
   }
   CHECK(buffer.total() == all.size());
-  CHECK(buffer.read(0, 10).data == all.substr(0, 10));
+  CHECK(buffer.read(0, 20).data == all.substr(0, 10));  // the budget is shown_cost: 2 a byte
   auto gap = buffer.read(10, 100);
   CHECK(gap.skipped > 0);
   CHECK(gap.data.find("bytes were dropped") != std::string::npos);
@@ -107,18 +107,62 @@ TEST_CASE("output buffer keeps head and tail of a flood with exact offsets") {
   CHECK(tail.next_offset == all.size());
 }
 
-TEST_CASE("inline view cuts the middle and says how to read the rest") {
+TEST_CASE("inline view cuts the middle within its budget and says where the cut starts") {
   OutputBuffer buffer(1000, 1000);
   std::string text(500, 'a');
   text += std::string(500, 'z');
   buffer.append(text);
-  auto view = buffer.inline_view(100, "use process_output exec-1");
+  auto view = buffer.inline_view(200);  // each byte costs 2: 100 bytes shown
   CHECK(view.truncated);
-  CHECK(view.text.rfind(std::string(50, 'a'), 0) == 0);
+  CHECK(view.cut_from == 50);
+  CHECK(view.text.rfind(std::string(50, 'a') + "\n[... 900 bytes not shown", 0) == 0);
   CHECK(view.text.substr(view.text.size() - 50) == std::string(50, 'z'));
-  CHECK(view.text.find("900 bytes cut") != std::string::npos);
-  CHECK(view.text.find("process_output exec-1") != std::string::npos);
-  CHECK_FALSE(buffer.inline_view(2000, "").truncated);
+  CHECK_FALSE(buffer.inline_view(2000).truncated);
+  CHECK(buffer.inline_view(2000).cut_from == 1000);
+}
+
+TEST_CASE("inline view and reads keep under a line count and start lines whole") {
+  OutputBuffer buffer(1 << 20, 1 << 20);
+  std::string all;
+  for (int i = 0; i < 5000; ++i) all += std::to_string(i) + "\n";
+  buffer.append(all);
+  auto view = buffer.inline_view(100'000, 100);
+  CHECK(view.truncated);
+  CHECK(std::count(view.text.begin(), view.text.end(), '\n') <= 101);
+  CHECK(view.text.rfind("0\n1\n", 0) == 0);
+  CHECK(view.text.substr(view.text.size() - 10) == "4998\n4999\n");
+  CHECK(view.text.find("\n[... ") == all.find("50\n") - 1);
+  auto page = buffer.read(0, 100'000, 10);
+  CHECK(page.data == "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+  CHECK(page.next_offset == 20);
+}
+
+TEST_CASE("a read in the head stops where bytes were dropped, so paging loses nothing") {
+  OutputBuffer buffer(100, 100);
+  std::string all;
+  for (int i = 0; i < 1000; ++i) all += static_cast<char>('a' + i % 26);
+  buffer.append(all);
+  auto head = buffer.read(60, 1000);
+  CHECK(head.data == all.substr(60, 40));
+  CHECK(head.next_offset == 100);
+  auto gap = buffer.read(head.next_offset, 1000);
+  CHECK(gap.data.find("bytes were dropped") != std::string::npos);
+  CHECK(gap.next_offset == all.size());
+}
+
+TEST_CASE("shown cost counts a byte in the text and escaped in JSON") {
+  CHECK(shown_cost("ab") == 4);
+  CHECK(shown_cost("\n\"") == 6);
+  CHECK(shown_cost(std::string(1, '\x01')) == 7);
+  CHECK(shown_cost("\xC3\xA9") == 4);      // é
+  CHECK(shown_cost("\xC3") == 6);          // not UTF-8: U+FFFD twice
+  CHECK(shown_cost("\xED\xA0\x80") == 18);  // a surrogate is not UTF-8 either
+  CHECK(fit_prefix("abc\xC3\xA9", 7, 10) == 3);
+  CHECK(fit_prefix("a\nb\nc", 100, 1) == 2);
+  CHECK(fit_prefix("abc", 100, 0) == 3);
+  CHECK(fit_prefix("ab\nc", 100, 0) == 2);
+  CHECK(fit_suffix("abc\xC3\xA9", 5, 10) == 2);
+  CHECK(fit_suffix("a\nb\nc\n", 100, 2) == 4);
 }
 
 TEST_CASE("cuts never split a UTF-8 sequence") {
