@@ -97,7 +97,7 @@ std::vector<std::string> cursor_components(const std::string& root, const std::s
   if (cursor.empty()) return {};
   std::string prefix = root == "/" ? "/" : root + "/";
   if (cursor.compare(0, prefix.size(), prefix) != 0 || cursor.size() == prefix.size())
-    throw SandboxError(codes::kInvalidArgument, "cursor " + cursor + " is not below " + root +
+    throw SandboxError(codes::kInvalidArguments, "cursor " + cursor + " is not below " + root +
                                                     ": pass the next_cursor of the previous page with the same path");
   std::vector<std::string> parts;
   std::size_t from = prefix.size();
@@ -105,7 +105,7 @@ std::vector<std::string> cursor_components(const std::string& root, const std::s
     parts.push_back(cursor.substr(from, slash - from));
   parts.push_back(cursor.substr(from));
   for (const auto& part : parts)
-    if (part.empty()) throw SandboxError(codes::kInvalidArgument, "cursor " + cursor + " has an empty component");
+    if (part.empty()) throw SandboxError(codes::kInvalidArguments, "cursor " + cursor + " has an empty component");
   return parts;
 }
 
@@ -390,7 +390,7 @@ json file_search(AgentRequest& request, const FileEnv& env) {
     std::size_t colon = cursor.rfind(':');
     std::string digits = colon == std::string::npos ? "" : cursor.substr(colon + 1);
     if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
-      throw SandboxError(codes::kInvalidArgument, "cursor must be the next_cursor of the previous page (\"<path>:<line>\")");
+      throw SandboxError(codes::kInvalidArguments, "cursor must be the next_cursor of the previous page (\"<path>:<line>\")");
     cursor_path = cursor.substr(0, colon);
     cursor_line = std::stoull(digits);
   }
