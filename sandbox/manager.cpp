@@ -23,6 +23,12 @@ void make_dir(const fs::path& dir, mode_t mode) {
   chmod(dir.c_str(), mode);
 }
 
+void create_state_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw SandboxError(codes::kSandboxStartFailed, "cannot create the state directory " + dir.string() + ": " + ec.message());
+}
+
 // The agent to run when none is configured: agentbox-agent next to this
 // binary (small and static, docs/sandbox.md "Performance"), else this
 // binary itself in agent mode.
@@ -86,11 +92,11 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   root_ = geteuid() == 0;
   cgroups_ = detect_cgroups();
   spdlog::info("sandboxes: {}; network {}", cgroups_.detail, options_.network_host ? "host" : "none");
-  fs::create_directories(options_.state_dir);
-  // The sandbox user must traverse the state directory (not list it) to reach
-  // its own directory when bwrap binds it.
-  if (root_) chmod(options_.state_dir.c_str(), 0711);
-  make_dir(options_.state_dir / "sandboxes", root_ ? 0711 : 0700);
+  create_state_dir(options_.state_dir);
+  // Only the server walks these paths: a root server's sandboxes get their
+  // directories through a private mount (staging.h), so the sandbox user
+  // needs no way in.
+  make_dir(options_.state_dir / "sandboxes", 0700);
   layout_.root = options_.state_dir;
   make_dir(options_.state_dir / "snapshots", 0700);
   make_dir(options_.state_dir / "locks", 0700);
@@ -205,6 +211,14 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
 
 void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   make_dir(d.root, 0700);
+  // dirs.root stays the server's: the sandbox user could otherwise swap an
+  // entry of it for a symlink that root's mkdir/chmod/chown and /etc writes
+  // below then follow (docs/sandbox.md "State directory anywhere"); the
+  // launcher stages them for bwrap as root (staging.h). One an older agentbox
+  // gave the sandbox user is taken back (its parent is the server's, so
+  // lchown there follows nothing).
+  if (root_ && lchown(d.root.c_str(), 0, 0) != 0)
+    throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + d.root.string(), errno));
   for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) make_dir(dir, 0755);
   chmod(d.tmp().c_str(), 01777);
   make_dir(d.etc(), 0755);
@@ -215,7 +229,7 @@ void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   }
   if (root_) {
     // The sandbox user owns its directories; the generated /etc stays root's.
-    for (const auto& dir : {d.root, d.workspace(), d.home(), d.tmp()}) {
+    for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) {
       if (chown(dir.c_str(), options_.sandbox_uid, options_.sandbox_gid) != 0)
         throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + dir.string(), errno));
     }
@@ -230,6 +244,7 @@ BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
   plan.network_host = options_.network_host;
   plan.agent_binary = agent_binary_;
   plan.agent_fd = kAgentFdInBwrap;
+  if (root_) plan.staged_dir = kStagingDir;
   return plan;
 }
 
@@ -241,9 +256,13 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   spec.argv = bwrap_argv(plan);
   spec.env = sandbox_environment(plan);
   if (cgroup) spec.cgroup_procs = cgroup->procs_files();
-  if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
   spec.name = id;
-  spec.agent_fd = agent_fd_;
+  if (root_) {
+    spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+    spec.staging.emplace(plan.dirs.root, agent_binary_);  // the plan binds from kStagingDir
+  } else {
+    spec.agent_fd = agent_fd_;
+  }
   return spec;
 }
 
