@@ -128,8 +128,10 @@ int main(int argc, char** argv) {
   // 2. cold start vs bare bwrap with the same plan, for each spare setting
   // (ManagerOptions::spare), each in a manager of its own; the bare bwrap
   // runs are interleaved with the cold starts so drift hits both alike.
+  // The bare plan binds by path, run as the sandbox uid: not under the
+  // server's own 0700 sandboxes/ (sandboxes get their dirs as fds).
   if (root) chmod(options.state_dir.c_str(), 0711);
-  auto bare_argv = bare_plan_argv(options.state_dir / "sandboxes" / "bare");
+  auto bare_argv = bare_plan_argv(options.state_dir / "bare");
   int cold_n = std::max(10, n / 10);
   struct Mode {
     ManagerOptions::Spare spare;

@@ -3,10 +3,11 @@
 // Why a child: libarchive's SECURE_NOABSOLUTEPATHS and SECURE_NODOTDOT judge
 // an entry's own path, so extraction must run with the destination as the
 // working directory, and a threaded server must never chdir. The child is
-// single-threaded, chdirs into the fresh directory, and (when the server is
-// root) drops to the sandbox's uid first, so even a libarchive bug could
-// only write where the sandbox user may. It uses only async-signal-safe
-// calls, malloc (fork-safe in glibc) and libarchive; nothing that logs.
+// single-threaded, enters the fresh directory, and (when the server is
+// root) then drops to the sandbox's uid before it reads any entry, so even
+// a libarchive bug could only write where the sandbox user may. It uses only
+// async-signal-safe calls, malloc (fork-safe in glibc) and libarchive;
+// nothing that logs.
 //
 // Like `tar --zstd -x` (tar | zstd -d), restore is a two-stage pipeline: a
 // thread of the parent reads the file, hashes it and decompresses it (the
@@ -331,11 +332,16 @@ struct Feeder {
 [[noreturn]] void child_main(const fs::path& dest, int stream_fd, int report_fd, const ExtractOptions& options) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
+    // Entered before dropping to the sandbox user, who need not be able to
+    // walk dest's parents (the state directory may sit under a 0700 /root).
+    int dest_fd = open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dest_fd < 0 || fchdir(dest_fd) != 0)
+      throw ArchiveError("cannot enter " + dest.string() + ": " + std::strerror(errno));
+    close(dest_fd);
     if (options.owner && geteuid() == 0) {
       if (setgroups(0, nullptr) != 0 || setgid(options.owner->second) != 0 || setuid(options.owner->first) != 0)
         throw ArchiveError(std::string("cannot drop to the sandbox user: ") + std::strerror(errno));
     }
-    if (chdir(dest.c_str()) != 0) throw ArchiveError("cannot enter " + dest.string() + ": " + std::strerror(errno));
     Source source;
     source.fd = stream_fd;
     source.hash = false;

@@ -131,6 +131,7 @@ void AgentClient::reader_main(LaunchSpec spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (spec.staging && !spec.staging->enter(err[1])) _exit(127);
     if (spec.drop_to) {
       gid_t gid = spec.drop_to->second;
       uid_t uid = spec.drop_to->first;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "sandbox/errors.h"
+#include "sandbox/staging.h"
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,9 @@ struct LaunchSpec {
   // Also kept open in the child, as fd kAgentFdInBwrap + 1 (a launcher
   // prepared ahead waits on it before it execs bwrap; Manager).
   int gate_fd = -1;
+  // A root server's: the child enters it (a private mount namespace with
+  // the sandbox's directories) before it drops to drop_to.
+  std::optional<Staging> staging;
 };
 
 class AgentClient : public std::enable_shared_from_this<AgentClient> {

@@ -44,6 +44,8 @@ const std::vector<std::string>& masked_etc_files() {
 std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
   std::vector<std::string> argv = {o.bwrap};
   auto add = [&argv](std::initializer_list<std::string> items) { argv.insert(argv.end(), items); };
+  // The sandbox's own directory as bwrap finds it.
+  const fs::path own = o.staged_dir.empty() ? o.dirs.root : o.staged_dir;
 
   add({"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"});
   if (!o.network_host) add({"--unshare-net"});  // bwrap brings up lo in the new namespace
@@ -62,10 +64,10 @@ std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
   for (const auto& dir : kOsDirs) add_os_dir(argv, dir);
   add({"--ro-bind", "/etc", "/etc"});
   for (const auto& file : masked_etc_files()) {
-    if (access(file.c_str(), F_OK) == 0) add({"--ro-bind", (o.dirs.etc() / "empty").string(), file});
+    if (access(file.c_str(), F_OK) == 0) add({"--ro-bind", (own / "etc" / "empty").string(), file});
   }
   for (const auto& [name, content] : generated_etc_files(o)) {
-    if (name != "empty") add({"--ro-bind", (o.dirs.etc() / name).string(), "/etc/" + name});
+    if (name != "empty") add({"--ro-bind", (own / "etc" / name).string(), "/etc/" + name});
   }
   // The state directory must stay invisible even if it was put under /opt or /usr.
   for (const auto& dir : kOsDirs) {
@@ -75,11 +77,12 @@ std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
   add({"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"});
   // /run is private and empty: the host's sockets (docker, dbus, systemd) stay outside.
   add({"--tmpfs", "/run", "--perms", "0700", "--dir", "/run/agentbox"});
-  if (o.agent_fd >= 0) add({"--ro-bind-fd", std::to_string(o.agent_fd), kAgentPathInside});
+  if (!o.staged_dir.empty()) add({"--ro-bind", (o.staged_dir / kStagedAgent).string(), kAgentPathInside});
+  else if (o.agent_fd >= 0) add({"--ro-bind-fd", std::to_string(o.agent_fd), kAgentPathInside});
   else add({"--ro-bind", o.agent_binary.string(), kAgentPathInside});
-  add({"--bind", o.dirs.workspace().string(), "/workspace"});
-  add({"--bind", o.dirs.home().string(), "/home/user"});
-  add({"--bind", o.dirs.tmp().string(), "/tmp"});
+  add({"--bind", (own / "workspace").string(), "/workspace"});
+  add({"--bind", (own / "home").string(), "/home/user"});
+  add({"--bind", (own / "tmp").string(), "/tmp"});
   add({"--dir", "/var", "--symlink", "../tmp", "/var/tmp"});
   add({"--chdir", "/workspace"});
   argv.push_back(kAgentPathInside);

@@ -33,7 +33,18 @@ struct BwrapOptions {
   // so the binary is never copied (see LaunchSpec::agent_fd).
   int agent_fd = -1;
   std::vector<std::string> agent_args;  // arguments after the binary ("agent", limits...)
+  // When set, the sandbox's own directories (kStagedDirs) and the agent are
+  // bound from here instead of from dirs.root and agent_binary: a root
+  // server's launcher mounts them here in a private mount namespace, so
+  // bwrap, running as the sandbox user, never walks the state directory's
+  // parents (staging.h; docs/sandbox.md "State directory anywhere").
+  std::filesystem::path staged_dir;
 };
+
+// The entries of dirs.root a staged plan finds under staged_dir, and the
+// name of the agent binary there.
+inline constexpr const char* kStagedDirs[] = {"workspace", "home", "tmp", "etc"};
+inline constexpr const char* kStagedAgent = "agent";
 
 // Where the agent binary appears inside the sandbox.
 inline constexpr const char* kAgentPathInside = "/run/agentbox-bin/agentbox";

@@ -1,5 +1,6 @@
 #include "sandbox/doctor.h"
 
+#include "persistence/store.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
@@ -120,7 +121,7 @@ DoctorCheck check_seccomp() {
 }
 
 DoctorCheck check_state_dir(const DoctorOptions& o) {
-  if (o.state_dir.empty()) return {"state directory", Level::Ok, "not given (use --state-dir to check one)"};
+  if (o.state_dir.empty()) return {"state directory", Level::Fail, "none given (--state-dir DIR)"};
   std::error_code ec;
   fs::create_directories(o.state_dir, ec);
   if (ec) return {"state directory", Level::Fail, "cannot create " + o.state_dir + ": " + ec.message()};
@@ -132,31 +133,44 @@ DoctorCheck check_state_dir(const DoctorOptions& o) {
           ok ? o.state_dir + " is writable" : o.state_dir + " is not writable by this user"};
 }
 
+// A real sandbox on the state directory `serve` uses (not a temporary one:
+// where it sits decides whether sandboxes start, docs/sandbox.md "State
+// directory anywhere"), under a conversation of its own, destroyed after.
 DoctorCheck check_sandbox(const DoctorOptions& o) {
-  char tmpl[] = "/tmp/agentbox-doctor-XXXXXX";
-  if (!mkdtemp(tmpl)) return {"sandbox", Level::Fail, errno_message("mkdtemp", errno)};
   DoctorCheck check{"sandbox", Level::Ok, ""};
+  std::string conversation = "agentbox-doctor-" + persistence::random_hex(8);
   try {
     ManagerOptions mo;
-    mo.state_dir = tmpl;
+    mo.state_dir = o.state_dir;
     mo.bwrap = o.bwrap;
     mo.agent_args = o.agent_args;
     mo.limits.cpus = o.cpus;
     mo.spare = ManagerOptions::Spare::None;
     Manager manager(mo);
-    Lease lease = manager.acquire("doctor");
-    double quota = lease.sandbox().cpu_quota();
-    json r = lease.agent().call("exec", {{"command", "id -u; grep -qs root: /etc/shadow && echo shadow"}, {"timeout_ms", 10000}},
-                                std::chrono::seconds(20));
-    std::string out = r.value("stdout", "");
-    if (out.find("shadow") != std::string::npos) check = {"sandbox", Level::Fail, "the host's /etc/shadow is readable inside the sandbox"};
-    else check.detail = "started a sandbox and ran a command in it (uid inside: " + out.substr(0, out.find('\n')) +
-                        (quota > 0 ? "; CPU quota " + cpus_text(quota) + " applied" : "; no CPU quota applied") + ")";
+    try {
+      Lease lease = manager.acquire(conversation);
+      double quota = lease.sandbox().cpu_quota();
+      json r = lease.agent().call(
+          "exec", {{"command", "id -u; grep -qs root: /etc/shadow && echo shadow"}, {"timeout_ms", 10000}},
+          std::chrono::seconds(20));
+      std::string out = r.value("stdout", "");
+      if (out.find("shadow") != std::string::npos)
+        check = {"sandbox", Level::Fail, "the host's /etc/shadow is readable inside the sandbox"};
+      else
+        check.detail = "started a sandbox in " + o.state_dir + " and ran a command in it (uid inside: " +
+                       out.substr(0, out.find('\n')) +
+                       (quota > 0 ? "; CPU quota " + cpus_text(quota) + " applied" : "; no CPU quota applied") + ")";
+    } catch (...) {
+      try {
+        manager.destroy(conversation);
+      } catch (...) {
+      }  // the start's own error is the one to report
+      throw;
+    }
+    manager.destroy(conversation);
   } catch (const std::exception& e) {
-    check = {"sandbox", Level::Fail, e.what()};
+    check = {"sandbox", Level::Fail, "cannot start a sandbox in " + o.state_dir + ": " + e.what()};
   }
-  std::error_code ec;
-  fs::remove_all(tmpl, ec);
   return check;
 }
 
@@ -194,7 +208,8 @@ int doctor_main(int argc, char** argv) {
     std::cout << tag << "  " << c.name << ": " << c.detail << "\n";
     ok &= c.level != Level::Fail;
   }
-  std::cout << (ok ? "agentbox can run sandboxes on this host.\n" : "agentbox cannot run sandboxes until the FAIL lines are fixed.\n");
+  std::cout << (ok ? "agentbox can run sandboxes on this host, with the state directory " + o.state_dir + ".\n"
+                   : "agentbox cannot run sandboxes until the FAIL lines are fixed.\n");
   return ok ? 0 : 1;
 }
 

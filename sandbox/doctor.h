@@ -1,7 +1,8 @@
 // `agentbox doctor`: checks what this host allows (bubblewrap, user
 // namespaces, cgroups, seccomp, the state directory), then starts a real
-// sandbox and runs a command in it. Each check prints ok / warn / FAIL with
-// plain words on what to change. Exit status 0 when sandboxes can run.
+// sandbox on the state directory `serve` would use and runs a command in it.
+// Each check prints ok / warn / FAIL with plain words on what to change.
+// Exit status 0 when sandboxes can run.
 #pragma once
 
 #include "sandbox/limits.h"
@@ -19,7 +20,7 @@ struct DoctorCheck {
 
 struct DoctorOptions {
   std::string bwrap = "/usr/bin/bwrap";
-  std::string state_dir;   // empty: not checked
+  std::string state_dir;   // the one `serve` uses (the caller resolves the default); empty fails
   bool start_sandbox = true;
   std::vector<std::string> agent_args = {"agent"};  // how this binary runs the agent
   double cpus = default_cpu_quota();  // the CPU quota to report (serve --cpus)

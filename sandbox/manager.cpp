@@ -8,7 +8,9 @@
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
+#include <sched.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace agentbox::sandbox {
@@ -21,6 +23,30 @@ void make_dir(const fs::path& dir, mode_t mode) {
   if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
     throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot create " + dir.string(), errno));
   chmod(dir.c_str(), mode);
+}
+
+void create_state_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw SandboxError(codes::kSandboxStartFailed, "cannot create the state directory " + dir.string() + ": " + ec.message());
+}
+
+// Whether a root server stages each sandbox's directories (staging.h): not
+// when it may not make mount namespaces (a container's root without
+// CAP_SYS_ADMIN); bwrap then binds by path, and the state directory and the
+// sandbox directories must be traversable by the sandbox user (0711). Found
+// once per process.
+bool stages() {
+  static const bool possible = [] {
+    if (geteuid() != 0) return false;
+    pid_t pid = fork();
+    if (pid == 0) _exit(unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }();
+  return possible;
 }
 
 // The agent to run when none is configured: agentbox-agent next to this
@@ -86,11 +112,15 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   root_ = geteuid() == 0;
   cgroups_ = detect_cgroups();
   spdlog::info("sandboxes: {}; network {}", cgroups_.detail, options_.network_host ? "host" : "none");
-  fs::create_directories(options_.state_dir);
-  // The sandbox user must traverse the state directory (not list it) to reach
-  // its own directory when bwrap binds it.
-  if (root_) chmod(options_.state_dir.c_str(), 0711);
-  make_dir(options_.state_dir / "sandboxes", root_ ? 0711 : 0700);
+  if (root_ && !stages())
+    spdlog::warn("this root server may not make mount namespaces (no CAP_SYS_ADMIN?): sandboxes bind their "
+                 "directories by path, so the state directory's parents must be traversable by uid {}",
+                 options_.sandbox_uid);
+  create_state_dir(options_.state_dir);
+  // Only the server walks these paths when it stages (staging.h); else the
+  // sandbox user must traverse them (not list them) to bind its directory.
+  if (root_ && !stages()) chmod(options_.state_dir.c_str(), 0711);
+  make_dir(options_.state_dir / "sandboxes", root_ && !stages() ? 0711 : 0700);
   layout_.root = options_.state_dir;
   make_dir(options_.state_dir / "snapshots", 0700);
   make_dir(options_.state_dir / "locks", 0700);
@@ -204,7 +234,15 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
 }
 
 void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
-  make_dir(d.root, 0700);
+  make_dir(d.root, root_ && !stages() ? 0711 : 0700);
+  // dirs.root stays the server's: the sandbox user could otherwise swap an
+  // entry of it for a symlink that root's mkdir/chmod/chown and /etc writes
+  // below then follow (docs/sandbox.md "State directory anywhere"); the
+  // launcher stages them for bwrap as root (staging.h). One an older agentbox
+  // gave the sandbox user is taken back (its parent is the server's, so
+  // lchown there follows nothing).
+  if (stages() && lchown(d.root.c_str(), 0, 0) != 0)
+    throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + d.root.string(), errno));
   for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) make_dir(dir, 0755);
   chmod(d.tmp().c_str(), 01777);
   make_dir(d.etc(), 0755);
@@ -215,7 +253,7 @@ void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   }
   if (root_) {
     // The sandbox user owns its directories; the generated /etc stays root's.
-    for (const auto& dir : {d.root, d.workspace(), d.home(), d.tmp()}) {
+    for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) {
       if (chown(dir.c_str(), options_.sandbox_uid, options_.sandbox_gid) != 0)
         throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + dir.string(), errno));
     }
@@ -230,6 +268,7 @@ BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
   plan.network_host = options_.network_host;
   plan.agent_binary = agent_binary_;
   plan.agent_fd = kAgentFdInBwrap;
+  if (stages()) plan.staged_dir = kStagingDir;
   return plan;
 }
 
@@ -241,9 +280,10 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   spec.argv = bwrap_argv(plan);
   spec.env = sandbox_environment(plan);
   if (cgroup) spec.cgroup_procs = cgroup->procs_files();
-  if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
   spec.name = id;
-  spec.agent_fd = agent_fd_;
+  if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+  if (stages()) spec.staging.emplace(plan.dirs.root, agent_binary_);  // the plan binds from kStagingDir
+  else spec.agent_fd = agent_fd_;
   return spec;
 }
 

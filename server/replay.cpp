@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <deque>
@@ -179,11 +180,10 @@ int replay_main(const std::string& self, const std::vector<std::string>& args) {
   text << in.rdbuf();
   Transcript transcript = parse_transcript(text.str());
 
-  char dir_template[] = "/tmp/agentbox-replay-XXXXXX";
-  if (!mkdtemp(dir_template)) throw std::runtime_error("mkdtemp failed");
-  // As root the sandboxes run as an unprivileged uid that bwrap's binds must
-  // let through: mkdtemp's 0700 would hide the state directory from it.
-  chmod(dir_template, 0711);
+  // $TMPDIR (else /tmp); a 0700 directory is fine, sandboxes start under any parent.
+  std::string dir_template = (fs::temp_directory_path() / "agentbox-replay-XXXXXX").string();
+  if (!mkdtemp(dir_template.data()))
+    throw std::runtime_error("cannot create a directory from " + dir_template + ": " + std::strerror(errno));
   fs::path state_dir = fs::path(dir_template) / "state";
   fs::path stderr_file = fs::path(dir_template) / "server.stderr";
 

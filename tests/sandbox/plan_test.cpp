@@ -83,6 +83,32 @@ TEST_CASE("bwrap plan masks shadow files and hides a state dir under a bound dir
   CHECK(*(tmpfs - 1) == "--tmpfs");
 }
 
+TEST_CASE("a staged bwrap plan binds the sandbox's own dirs and the agent from the staging dir, never by state path") {
+  auto o = sample();
+  o.agent_fd = kAgentFdInBwrap;
+  o.staged_dir = "/run/agentbox-staging";
+  auto argv = bwrap_argv(o);
+  // bwrap (as the sandbox user) realpath()s every source: none may lie under the state directory.
+  for (const auto& arg : argv) CHECK(arg.find("/var/lib/agentbox") == std::string::npos);
+  CHECK(has_triple(argv, "--bind", "/run/agentbox-staging/workspace", "/workspace"));
+  CHECK(has_triple(argv, "--bind", "/run/agentbox-staging/home", "/home/user"));
+  CHECK(has_triple(argv, "--bind", "/run/agentbox-staging/tmp", "/tmp"));
+  CHECK(has_triple(argv, "--ro-bind", "/run/agentbox-staging/etc/passwd", "/etc/passwd"));
+  CHECK(has_triple(argv, "--ro-bind", "/run/agentbox-staging/etc/empty", "/etc/shadow"));
+  CHECK(has_triple(argv, "--ro-bind", "/run/agentbox-staging/agent", kAgentPathInside));
+  CHECK_FALSE(has(argv, "--ro-bind-fd"));
+  // Every source a staged plan takes from the staging dir is one kStagedDirs (or the agent) provides.
+  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
+    const std::string& source = argv[i + 1];
+    if ((argv[i] != "--bind" && argv[i] != "--ro-bind") || source.rfind("/run/agentbox-staging/", 0) != 0) continue;
+    std::string entry = source.substr(std::string("/run/agentbox-staging/").size());
+    entry = entry.substr(0, entry.find('/'));
+    bool known = entry == kStagedAgent;
+    for (const char* dir : kStagedDirs) known |= entry == dir;
+    CHECK(known);
+  }
+}
+
 TEST_CASE("printable_command quotes what a shell would split") {
   CHECK(printable_command({"bwrap", "--setenv", "A", "x y", "it's"}) == "bwrap --setenv A 'x y' 'it'\\''s'");
 }
