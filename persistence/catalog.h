@@ -26,7 +26,7 @@ class CatalogError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Sandbox lifecycle states as stored (DESIGN.md section 8 vocabulary). What a
+// Sandbox lifecycle states as stored (docs/design.md section 8 vocabulary). What a
 // crash leaves is read by recovery: "active" means the live directories are
 // the truth; "stopped" means the latest complete snapshot is (the live
 // directories, if any, hold nothing newer and may be discarded).

@@ -1,4 +1,4 @@
-// What a crash left, repaired on start (DESIGN.md section 4). For each
+// What a crash left, repaired on start (docs/design.md section 4). For each
 // sandbox this server can lock (one another server drives is skipped):
 //
 // - snapshots/<id>/*.tmp-*: a half-written archive, never a snapshot: deleted.

@@ -1,4 +1,4 @@
-// One server drives a sandbox at a time (DESIGN.md section 8): an exclusive
+// One server drives a sandbox at a time (docs/design.md section 8): an exclusive
 // flock on <state>/locks/<sandbox>.lock, held while this server has the
 // sandbox running. The kernel drops it when the holder dies, even by
 // SIGKILL, so a crashed server never leaves a sandbox locked; the catalog's

@@ -12,7 +12,7 @@
 //
 // A timeout or cancellation kills the session's whole tree (daemons
 // included) and the next command starts a fresh shell from the saved state:
-// the session is as it was after the last completed command (DESIGN.md
+// the session is as it was after the last completed command (docs/design.md
 // section 8). A command that ends the shell (exit, exec) is handled the same
 // way. Jobs started with & in that session end with it.
 #pragma once

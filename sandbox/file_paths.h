@@ -49,7 +49,7 @@ SandboxError file_error(int err, const std::string& what, const std::string& pat
 // model that meant another directory then sees which one was used.
 SandboxError with_cwd_note(const SandboxError& error, const nlohmann::json& params, const std::string& cwd);
 
-// "file", "directory", "symlink" or "other" (DESIGN.md section 8).
+// "file", "directory", "symlink" or "other" (docs/design.md section 8).
 const char* file_type(mode_t mode);
 // "0644"
 std::string mode_string(mode_t mode);

@@ -1,4 +1,4 @@
-// Resource limits of one sandbox (DESIGN.md section 8 gives the defaults).
+// Resource limits of one sandbox (docs/design.md section 8 gives the defaults).
 // The server applies memory/pids/cpu through cgroups when it may create them;
 // the agent applies rlimits inside the sandbox in every case, so a limit
 // always holds even on hosts where cgroups are not writable.

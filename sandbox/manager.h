@@ -98,7 +98,7 @@ class Sandbox {
   const std::string& conversation() const { return conversation_; }
   const SandboxDirs& dirs() const { return dirs_; }
   // "active", "snapshotting", "restoring", "stopped" (torn down) or
-  // "failed" (the agent died); DESIGN.md section 8 vocabulary.
+  // "failed" (the agent died); docs/design.md section 8 vocabulary.
   std::string state() const;
   std::shared_ptr<AgentClient> client() const;
   // Bytes under /workspace (walks the tree).

@@ -1,4 +1,4 @@
-// Which conversation a tool call belongs to (DESIGN.md sections 3 and 8): the
+// Which conversation a tool call belongs to (docs/design.md sections 3 and 8): the
 // tool's `conversation` argument, then the host's _meta (VS Code's
 // conversationId, Codex's threadId and turn metadata), then the server-wide
 // default (--conversation, AGENTBOX_CONVERSATION, CLAUDE_CODE_SESSION_ID,

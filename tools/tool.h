@@ -38,7 +38,7 @@ class CallContext {
   virtual ~CallContext() = default;
 
   // The conversation this call belongs to, resolved by the server from the
-  // tool argument, the host's _meta, flags and environment (DESIGN.md section 3).
+  // tool argument, the host's _meta, flags and environment (docs/design.md section 3).
   virtual const std::string& conversation() const = 0;
 
   // Reports progress; does nothing when the caller asked for none. Values that

@@ -1,5 +1,5 @@
 // A realistic agent workflow through the official MCP SDK client, using every
-// tool in DESIGN.md §5 against the real server and real sandboxes: write code,
+// tool in docs/design.md §5 against the real server and real sandboxes: write code,
 // build it, two sessions, a background server waited on by port, paged output,
 // edit, search, snapshot, destroy, restore, a server restart that finds the
 // conversation again; then load, cancellation, progress and client timeouts.
