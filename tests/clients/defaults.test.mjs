@@ -12,10 +12,8 @@ import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync,
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
-import { AGENTBOX_BIN, requireBinary, tail } from './helpers.mjs';
+import { AGENTBOX_BIN, connectStdio, requireBinary, tail } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL_TIMEOUT_MS = 60_000;
@@ -78,24 +76,10 @@ function account(asUser) {
   };
 }
 
-async function serveDefaults(who) {
+function serveDefaults(who) {
   const { command, args, env } = who.command(['serve']);
-  const transport = new StdioClientTransport({ command, args, env, cwd: who.home, stderr: 'pipe' });
-  let stderr = '';
-  transport.stderr?.on('data', (d) => { stderr = (stderr + d).slice(-50_000); });
-  const client = new Client({ name: 'agentbox-defaults-test', version: '0.0.0' }, { capabilities: {} });
-  await client.connect(transport, { timeout: CALL_TIMEOUT_MS });
-  const child = transport._process;
-  const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
-  return {
-    client,
-    stderr: () => stderr,
-    // The state directory can go only once the server has exited.
-    async close() {
-      await client.close();
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-    },
-  };
+  return connectStdio({ command, args, env, cwd: who.home, name: 'agentbox-defaults-test',
+    timeout: CALL_TIMEOUT_MS, exitWaitMs: 10_000 });
 }
 
 async function ok(server, name, args) {

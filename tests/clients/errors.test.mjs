@@ -9,13 +9,12 @@
 // seen must be one docs/protocol.md documents.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { McpError, ErrorCode } from '@modelcontextprotocol/sdk/types.js';
 
-import { AGENTBOX_BIN, PACKAGE_DIR, startServer, tail, tempDir } from './helpers.mjs';
+import { AGENTBOX_BIN, PACKAGE_DIR, runInspectorCli, startServer, tail, tempDir } from './helpers.mjs';
 
 const CALL_TIMEOUT_MS = 20_000;
 
@@ -207,39 +206,10 @@ describe('every tool error reaches an SDK client as an error result', { concurre
 });
 
 /** Runs the Inspector CLI from this package; resolves with its outcome. */
-function inspector(args) {
-  const home = tempDir('agentbox-insp-home-');
-  const state = tempDir('agentbox-insp-state-');
-  return new Promise((resolveRun, rejectRun) => {
-    const child = spawn('npx', ['@modelcontextprotocol/inspector', '--cli', ...args, '--',
-      AGENTBOX_BIN, 'serve', '--state-dir', state.dir], {
-      cwd: PACKAGE_DIR,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        ...process.env, HOME: home.dir, MCP_CATALOG_PATH: join(home.dir, 'mcp.json'),
-        MCP_CLIENT_CONFIG_PATH: join(home.dir, 'client.json'), MCP_INSPECTOR_SECRET_STORE: 'memory',
-        npm_config_update_notifier: 'false', npm_config_cache: join(home.dir, '.npm'), NO_COLOR: '1',
-      },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => process.kill(-child.pid, 'SIGKILL'), 30_000);
-    child.on('error', rejectRun);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      home.cleanup();
-      state.cleanup();
-      resolveRun({ code, stdout, stderr });
-    });
-  });
-}
 
 describe('MCP Inspector CLI shows a tool error as the error', () => {
   test('file_read of a missing file', { timeout: 40_000 }, async () => {
-    const run = await inspector(['--format', 'json', '--method', 'tools/call', '--tool-name', 'file_read',
+    const run = await runInspectorCli(['--format', 'json', '--method', 'tools/call', '--tool-name', 'file_read',
       '--tool-args-json', '{"path":"missing.txt"}']);
     const all = `exit=${run.code}\nstdout: ${run.stdout.slice(0, 2000)}\nstderr: ${tail(run.stderr, 15)}`;
     assert.doesNotMatch(run.stdout + run.stderr, /Structured content does not match|-32602/, all);

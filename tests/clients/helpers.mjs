@@ -2,6 +2,7 @@
 // state directories, and an SDK client whose transport keeps a log of every
 // message in both directions so tests can assert on the wire, not only on
 // what the SDK chooses to surface.
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, accessSync, constants } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -154,4 +155,62 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** Last lines of the server's stderr, for assertion messages. */
 export function tail(text, lines = 30) {
   return text.split('\n').slice(-lines).join('\n');
+}
+
+/**
+ * Runs the Inspector CLI (`inspector --cli ARGS -- agentbox serve`) against a
+ * server on a fresh state directory, with a home of its own; resolves to
+ * {code, stdout, stderr}. Killed after 30 s.
+ */
+export function runInspectorCli(args) {
+  const home = tempDir('agentbox-insp-home-');
+  const state = tempDir('agentbox-insp-state-');
+  return new Promise((resolveRun, rejectRun) => {
+    const child = spawn('npx', ['@modelcontextprotocol/inspector', '--cli', ...args, '--',
+      AGENTBOX_BIN, 'serve', '--state-dir', state.dir], {
+      cwd: PACKAGE_DIR,
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {
+        ...process.env, HOME: home.dir, MCP_CATALOG_PATH: join(home.dir, 'mcp.json'),
+        MCP_CLIENT_CONFIG_PATH: join(home.dir, 'client.json'), MCP_INSPECTOR_SECRET_STORE: 'memory',
+        npm_config_update_notifier: 'false', npm_config_cache: join(home.dir, '.npm'), NO_COLOR: '1',
+      },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => process.kill(-child.pid, 'SIGKILL'), 30_000);
+    child.on('error', rejectRun);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      home.cleanup();
+      state.cleanup();
+      resolveRun({ code, stdout, stderr });
+    });
+  });
+}
+
+/**
+ * An SDK client connected to `command args` over stdio; close() closes it and
+ * waits up to exitWaitMs for the server to exit (a state directory can go only
+ * once it has).
+ */
+export async function connectStdio({ command, args, env, cwd, name, timeout, exitWaitMs = 5000 }) {
+  const transport = new StdioClientTransport({ command, args, env, cwd, stderr: 'pipe' });
+  let stderr = '';
+  transport.stderr?.on('data', (d) => { stderr = (stderr + d).slice(-50_000); });
+  const client = new Client({ name, version: '0.0.0' }, { capabilities: {} });
+  await client.connect(transport, { timeout });
+  const child = transport._process;
+  const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
+  return {
+    client,
+    stderr: () => stderr,
+    async close() {
+      await client.close();
+      await Promise.race([exited, new Promise((r) => setTimeout(r, exitWaitMs))]);
+    },
+  };
 }

@@ -6,10 +6,9 @@
 // --strict portability check must find nothing.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 
-import { AGENTBOX_BIN, PACKAGE_DIR, startServer, tail, tempDir } from './helpers.mjs';
+import { AGENTBOX_BIN, PACKAGE_DIR, runInspectorCli, startServer, tail, tempDir } from './helpers.mjs';
 
 // The tools that take a session: they run in one or resolve relative paths
 // against its working directory. session_delete names the session it deletes.
@@ -77,39 +76,10 @@ describe('tools/list', () => {
 });
 
 /** `inspector --cli --method tools/list --strict`; resolves with its outcome. */
-function strictList() {
-  const home = tempDir('agentbox-insp-home-');
-  const state = tempDir('agentbox-insp-state-');
-  return new Promise((resolveRun, rejectRun) => {
-    const child = spawn('npx', ['@modelcontextprotocol/inspector', '--cli', '--method', 'tools/list', '--strict',
-      '--', AGENTBOX_BIN, 'serve', '--state-dir', state.dir], {
-      cwd: PACKAGE_DIR,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        ...process.env, HOME: home.dir, MCP_CATALOG_PATH: join(home.dir, 'mcp.json'),
-        MCP_CLIENT_CONFIG_PATH: join(home.dir, 'client.json'), MCP_INSPECTOR_SECRET_STORE: 'memory',
-        npm_config_update_notifier: 'false', npm_config_cache: join(home.dir, '.npm'), NO_COLOR: '1',
-      },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => process.kill(-child.pid, 'SIGKILL'), 30_000);
-    child.on('error', rejectRun);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      home.cleanup();
-      state.cleanup();
-      resolveRun({ code, stdout, stderr });
-    });
-  });
-}
 
 describe('MCP Inspector CLI --strict', () => {
   test('tools/list has no portability warnings', { timeout: 40_000 }, async () => {
-    const run = await strictList();
+    const run = await runInspectorCli(['--method', 'tools/list', '--strict']);
     // The server's own log lines start with a timestamp; the rest is the Inspector's.
     const report = run.stderr.split('\n').filter((l) => l.trim() && !/^\[\d{4}-\d\d-\d\dT/.test(l));
     const all = `exit=${run.code}\n${report.join('\n')}\nstdout tail: ${tail(run.stdout, 5)}`;

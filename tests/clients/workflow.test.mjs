@@ -6,33 +6,18 @@
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 
-import { AGENTBOX_BIN, requireBinary, tempDir, tail } from './helpers.mjs';
+import { AGENTBOX_BIN, connectStdio, requireBinary, tempDir, tail } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL_TIMEOUT_MS = 30_000;
 
 /** A server on `stateDir` (kept across restarts); close() waits for it to exit. */
-async function serve(stateDir) {
+function serve(stateDir) {
   requireBinary();
-  const transport = new StdioClientTransport({ command: AGENTBOX_BIN, args: ['serve', '--state-dir', stateDir], stderr: 'pipe' });
-  let stderr = '';
-  transport.stderr?.on('data', (d) => { stderr = (stderr + d).slice(-50_000); });
-  const client = new Client({ name: 'agentbox-workflow-test', version: '0.0.0' }, { capabilities: {} });
-  await client.connect(transport, { timeout: CALL_TIMEOUT_MS });
-  const child = transport._process;
-  const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', () => r())));
-  return {
-    client,
-    stderr: () => stderr,
-    async close() {
-      await client.close();
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
-    },
-  };
+  return connectStdio({ command: AGENTBOX_BIN, args: ['serve', '--state-dir', stateDir],
+    name: 'agentbox-workflow-test', timeout: CALL_TIMEOUT_MS });
 }
 
 /** Calls a tool that must succeed; returns its structuredContent. */
