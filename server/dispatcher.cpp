@@ -402,8 +402,11 @@ void Dispatcher::release_lane(const std::string& key) {
       lanes_.erase(lane);
       return;
     }
-    auto [route, call] = std::move(lane->second.waiting.front());
+    // Not a structured binding: clang before 16 cannot capture one in a lambda.
+    auto waiting = std::move(lane->second.waiting.front());
     lane->second.waiting.pop_front();
+    auto route = waiting.first;
+    auto call = std::move(waiting.second);
     // Posted under the lock: shutdown() sets stopping_ under it, so a call is
     // either in the pool before the pool is joined or dropped here.
     if (stopping_.load()) {
