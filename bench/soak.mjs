@@ -141,7 +141,18 @@ function spareOf(pid) {
       continue;
     }
     if (!argv.includes('agentbox-launcher')) continue;
-    const m = argv.map((a) => /\/sandboxes\/([0-9a-f]+)\//.exec(a)).find(Boolean);
+    // A server that is not root names the sandbox's directories in bwrap's
+    // arguments; a root server stages them (docs/sandbox.md, "State directory
+    // anywhere"), so they show as the sources of the launcher's own mounts.
+    const sandboxIn = (text) => /\/sandboxes\/([0-9a-f]+)\//.exec(text);
+    let m = argv.map(sandboxIn).find(Boolean);
+    if (!m) {
+      try {
+        m = sandboxIn(readFileSync(`/proc/${p}/mountinfo`, 'utf8'));
+      } catch {
+        // gone meanwhile: no spare
+      }
+    }
     return { pid: p, id: m ? m[1] : null };
   }
   return null;
