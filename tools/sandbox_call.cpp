@@ -53,7 +53,6 @@ ToolResult unknown_cursor(const std::string& cursor) {
                            "cursor '" + cursor + "' names no entry of this list (gone since?); list again without it");
 }
 
-
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
   if (!services.sandboxes) {
     reply(ToolResult::error(sandbox::codes::kSandboxUnavailable, "this server was started without sandbox support"));
