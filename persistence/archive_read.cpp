@@ -329,7 +329,8 @@ struct Feeder {
   }
 };
 
-[[noreturn]] void child_main(const fs::path& dest, int stream_fd, int report_fd, const ExtractOptions& options) {
+[[noreturn]] void child_main(const fs::path& dest, int stream_fd, int report_fd, const ExtractOptions& options,
+                             pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
     // Entered before dropping to the sandbox user, who need not be able to
@@ -341,7 +342,11 @@ struct Feeder {
     if (options.owner && geteuid() == 0) {
       if (setgroups(0, nullptr) != 0 || setgid(options.owner->second) != 0 || setuid(options.owner->first) != 0)
         throw ArchiveError(std::string("cannot drop to the sandbox user: ") + std::strerror(errno));
+      // Changing the effective uid clears the parent-death signal (prctl(2)):
+      // set it again, or a child outlives a killed helper and keeps writing.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
     }
+    if (getppid() != parent) _exit(126);
     Source source;
     source.fd = stream_fd;
     source.hash = false;
@@ -414,6 +419,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
     close(pipe_fds[1]);
     throw fail(std::string("socketpair: ") + std::strerror(err));
   }
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int err = errno;
@@ -424,7 +430,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
     close(pipe_fds[0]);
     close(stream_fds[0]);
     close(feeder.source.fd);
-    child_main(dest, stream_fds[1], pipe_fds[1], options);
+    child_main(dest, stream_fds[1], pipe_fds[1], options, parent);
   }
   close(pipe_fds[1]);
   close(stream_fds[1]);

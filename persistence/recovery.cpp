@@ -103,7 +103,9 @@ class Recovery {
     if (fs::is_directory(dir, ec)) {
       for (const auto& entry : fs::directory_iterator(dir, ec)) {
         if (entry.path().filename().string().rfind(".restore-", 0) == 0) {
-          fs::remove_all(entry.path(), ec);
+          // Renamed away first: a helper killed with its server may still be
+          // writing into it for a moment, and remove_all would lose that race.
+          discard_dir(layout_, entry.path());
           act("removed unfinished restore " + entry.path().string());
         }
       }
