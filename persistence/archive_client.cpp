@@ -13,6 +13,7 @@
 // archive or a .restore-* directory, which recovery removes as before.
 #include "persistence/archive.h"
 #include "persistence/child_lines.h"
+#include "persistence/tree_fs.h"
 
 #include <cerrno>
 #include <csignal>
@@ -193,8 +194,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
       options.progress({bytes, files, total});
     }));
   } catch (...) {
-    std::error_code ec;
-    fs::remove_all(dest, ec);  // the helper does this itself unless it was killed
+    remove_tree(dest);  // the helper does this itself unless it was killed; box-written (tree_fs.h)
     throw;
   }
 }

@@ -20,6 +20,7 @@
 #include "persistence/archive_local.h"
 #include "persistence/child_lines.h"
 #include "persistence/sha256.h"
+#include "persistence/tree_fs.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -395,8 +396,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
   if (mkdir(dest.c_str(), 0700) != 0)
     throw ArchiveError("cannot create " + dest.string() + ": " + std::strerror(errno));
   auto fail = [&](const std::string& message) -> ArchiveError {
-    std::error_code ec;
-    fs::remove_all(dest, ec);
+    remove_tree(dest);  // written by the sandbox uid: by descriptor (tree_fs.h)
     return ArchiveError(message);
   };
   if (options.owner && geteuid() == 0 && chown(dest.c_str(), options.owner->first, options.owner->second) != 0)
@@ -457,8 +457,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
   } catch (...) {  // a progress callback threw: stop the child first
     kill(pid, SIGKILL);
     stop();
-    std::error_code ec;
-    fs::remove_all(dest, ec);
+    remove_tree(dest);  // written by the sandbox uid: by descriptor (tree_fs.h)
     throw;
   }
   stop();

@@ -2,6 +2,7 @@
 
 #include "persistence/recovery.h"
 #include "persistence/sandbox_lock.h"
+#include "persistence/tree_fs.h"
 
 #include <cstdio>
 #include <iostream>
@@ -154,7 +155,9 @@ std::optional<std::pair<unsigned, unsigned>> sandbox_owner(const StateLayout& la
   fs::path dir = layout.sandbox(sandbox);
   for (const auto& path : {dir / "workspace", dir / "home", dir}) {
     struct stat s {};
-    if (stat(path.c_str(), &s) == 0 && s.st_uid != 0) return std::make_pair(s.st_uid, s.st_gid);
+    // lstat: a symlink planted there must not lend the restore its target's
+    // owner (the extracting child would run as that uid; docs/design.md 2).
+    if (lstat(path.c_str(), &s) == 0 && S_ISDIR(s.st_mode) && s.st_uid != 0) return std::make_pair(s.st_uid, s.st_gid);
   }
   return std::make_pair(65534u, 65534u);
 }
@@ -261,7 +264,7 @@ int sandbox_destroy(State& st, const Args& args) {
   auto lock = lock_or_fail(st.layout, sb->id);
   bool keep = args.options.count("keep-snapshots") > 0;
   std::error_code ec;
-  fs::remove_all(st.layout.sandbox(sb->id), ec);
+  remove_tree(st.layout.sandbox(sb->id));  // box-written: by descriptor (tree_fs.h)
   if (keep) {
     // As the server's destroy: the next sandbox starts empty, with neither the
     // old sessions nor the processes the last teardown ended.

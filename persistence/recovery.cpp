@@ -1,6 +1,7 @@
 #include "persistence/recovery.h"
 
 #include "persistence/sandbox_lock.h"
+#include "persistence/tree_fs.h"
 
 #include <set>
 
@@ -141,14 +142,14 @@ class Recovery {
     for (const auto& entry : fs::directory_iterator(layout_.sandboxes(), ec)) {
       std::string name = entry.path().filename().string();
       if (name.rfind(".trash-", 0) == 0) {
-        fs::remove_all(entry.path(), ec);
+        remove_tree(entry.path());  // box-written: by descriptor (tree_fs.h)
         act("removed trash " + entry.path().string());
       } else if (!known.count(name) && entry.is_directory(ec)) {
         SandboxLock lock;
         if (!SandboxLock::acquire(layout_.lock(name), std::chrono::milliseconds(0), lock)) continue;
         // Rows are written before directories, so no server is creating it.
         if (catalog_.find_sandbox(name)) continue;
-        fs::remove_all(entry.path(), ec);
+        remove_tree(entry.path());  // box-written: by descriptor (tree_fs.h)
         act("removed directory " + entry.path().string() + " of a sandbox the catalog no longer knows");
       }
     }

@@ -1,5 +1,7 @@
 #include "persistence/store.h"
 
+#include "persistence/tree_fs.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -34,8 +36,7 @@ void discard_dir(const StateLayout& layout, const fs::path& path) {
   // On ext4, unpacking many files right after deleting many is slow (the
   // inode allocator skips freed inodes): delete in the background.
   std::thread([trash] {
-    std::error_code ignored;
-    fs::remove_all(trash, ignored);
+    remove_tree(trash);  // a tree the box wrote: by descriptor (tree_fs.h)
   }).detach();
 }
 
@@ -73,28 +74,65 @@ SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string
   return record;
 }
 
+namespace {
+
+// The staging directory after the extracting child (which ran as the sandbox
+// uid) is done: taken back by root first, so no process of that uid changes
+// its entries between the checks below and the swap; then each staged tree
+// must be a real directory (docs/design.md section 2, "Root and the box's
+// paths"). A tree the archive did not hold is made empty.
+void check_staged(int staging, const std::vector<ArchiveTree>& trees,
+                  std::optional<std::pair<unsigned, unsigned>> owner) {
+  bool root = geteuid() == 0;
+  if (root && (fchown(staging, 0, 0) != 0 || fchmod(staging, 0700) != 0))
+    throw ArchiveError(std::string("cannot take back the restore's staging directory: ") + std::strerror(errno));
+  for (const auto& tree : trees) {
+    struct stat st;
+    if (fstatat(staging, tree.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISDIR(st.st_mode)) continue;
+      throw ArchiveError("the restored " + tree.name + " is not a directory (" +
+                         (S_ISLNK(st.st_mode) ? "a symlink" : "another kind of file") +
+                         " in the staging directory): the restore is refused and the live " + tree.name +
+                         " is unchanged");
+    }
+    if (errno != ENOENT || mkdirat(staging, tree.name.c_str(), 0755) != 0)
+      throw ArchiveError("cannot create the restored " + tree.name + ": " + std::strerror(errno));
+    UniqueFd fresh(open_dir_beneath(staging, tree.name));
+    if (!fresh || (owner && root && fchown(fresh.get(), owner->first, owner->second) != 0))
+      throw ArchiveError("cannot hand the restored " + tree.name + " to the sandbox user: " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
 ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::optional<std::pair<unsigned, unsigned>> owner,
                                      const ArchiveProgressFn& progress) {
   fs::path live = layout_.sandbox(snapshot.sandbox);
   fs::create_directories(live);
-  fs::path staging = live / (".restore-" + random_hex(12));
+  std::string staging_name = ".restore-" + random_hex(12);
+  fs::path staging = live / staging_name;
   ExtractOptions options;
   options.expected_digest = snapshot.digest;
   options.owner = owner;
   options.progress = progress;
   ExtractResult result = extract_archive(file(snapshot), staging, options);
-  // Everything is unpacked and verified: now swap each tree in by rename.
-  for (const auto& tree : layout_.trees(snapshot.sandbox)) {
-    fs::path fresh = staging / tree.name;
-    if (!fs::exists(fresh)) {
-      fs::create_directory(fresh);
-      if (owner && geteuid() == 0 && chown(fresh.c_str(), owner->first, owner->second) != 0)
-        throw ArchiveError("chown " + fresh.string() + ": " + std::strerror(errno));
+  // Everything is unpacked and verified: now swap each tree in by rename,
+  // relative to descriptors of the two directories.
+  auto trees = layout_.trees(snapshot.sandbox);
+  try {
+    UniqueFd live_fd(open(live.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd staging_fd(live_fd ? open_dir_beneath(live_fd.get(), staging_name) : -1);
+    if (!staging_fd) throw ArchiveError("cannot open " + staging.string() + ": " + std::strerror(errno));
+    check_staged(staging_fd.get(), trees, owner);
+    for (const auto& tree : trees) {
+      std::string name = tree.dir.filename().string();
+      int rc = renameat2(staging_fd.get(), tree.name.c_str(), live_fd.get(), name.c_str(), RENAME_EXCHANGE);
+      if (rc != 0 && errno == ENOENT) rc = renameat(staging_fd.get(), tree.name.c_str(), live_fd.get(), name.c_str());
+      if (rc != 0) throw ArchiveError("cannot swap in " + tree.dir.string() + ": " + std::strerror(errno));
     }
-    int rc = renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, tree.dir.c_str(), RENAME_EXCHANGE);
-    if (rc != 0 && errno == ENOENT) rc = rename(fresh.c_str(), tree.dir.c_str());
-    if (rc != 0)
-      throw ArchiveError("cannot swap in " + tree.dir.string() + ": " + std::strerror(errno));
+  } catch (...) {
+    discard_dir(layout_, staging);
+    throw;
   }
   discard_dir(layout_, staging);  // now holds the replaced trees
   return result;

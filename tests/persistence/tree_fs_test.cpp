@@ -1,0 +1,155 @@
+// Root's operations on trees a box wrote (persistence/tree_fs.h, and the
+// restore swap in store.cpp): a symlink the box planted, or swapped in while
+// root walks, is never followed (docs/design.md section 2).
+#include "temp_dir.h"
+#include "persistence/store.h"
+#include "persistence/tree_fs.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace agentbox::persistence;
+using agentbox::persistence::test::fresh_temp_dir;
+
+namespace {
+
+// A host directory with files that must outlive every removal below.
+fs::path host_canaries(const fs::path& dir, int n = 20) {
+  fs::path host = dir / "host";
+  fs::create_directories(host / "nested");
+  for (int i = 0; i < n; ++i) std::ofstream(host / ("canary-" + std::to_string(i))) << "host data " << i;
+  std::ofstream(host / "nested" / "deep") << "host data";
+  return host;
+}
+
+std::size_t count_entries(const fs::path& dir) {
+  std::size_t n = 0;
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("remove_tree unlinks the symlinks it finds, never their targets") {
+  fs::path dir = fresh_temp_dir("tree_fs", "symlinks");
+  fs::path host = host_canaries(dir);
+  std::size_t before = count_entries(host);
+  fs::path tree = dir / "tree";
+  fs::create_directories(tree / "a" / "b");
+  std::ofstream(tree / "a" / "b" / "file") << "box data";
+  fs::create_directory_symlink(host, tree / "link-to-dir");
+  fs::create_directory_symlink(host, tree / "a" / "b" / "deep-link");
+  fs::create_symlink(host / "canary-0", tree / "a" / "link-to-file");
+  CHECK_FALSE(remove_tree(tree));
+  CHECK_FALSE(fs::exists(fs::symlink_status(tree)));
+  CHECK(count_entries(host) == before);
+  // The path itself a symlink: the link goes, its target stays.
+  fs::create_directory_symlink(host, tree);
+  CHECK_FALSE(remove_tree(tree));
+  CHECK_FALSE(fs::exists(fs::symlink_status(tree)));
+  CHECK(count_entries(host) == before);
+  CHECK_FALSE(remove_tree(dir / "absent"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("remove_tree never deletes through a directory flipped to a symlink mid-walk") {
+  // A box-uid process swaps tree/sub (a real directory) and tree/link (a
+  // symlink to a host directory) with RENAME_EXCHANGE in a loop while root
+  // deletes tree: a path-based walk (libstdc++'s remove_all opens and
+  // unlinks by path) then descends into the host directory.
+  fs::path dir = fresh_temp_dir("tree_fs", "flip");
+  fs::path host = host_canaries(dir, 50);
+  std::size_t before = count_entries(host);
+  for (int round = 0; round < 200 && count_entries(host) == before; ++round) {
+    fs::path tree = dir / "tree";
+    fs::create_directories(tree / "sub");
+    for (int i = 0; i < 50; ++i) std::ofstream(tree / "sub" / ("f" + std::to_string(i))) << i;
+    fs::create_directory_symlink(host, tree / "link");
+    std::atomic<bool> stop{false};
+    std::thread flipper([&] {
+      std::string a = (tree / "sub").string(), b = (tree / "link").string();
+      while (!stop) renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE);
+    });
+    std::error_code ec = remove_tree(tree);
+    stop = true;
+    flipper.join();
+    if (ec) CHECK_FALSE(remove_tree(tree));  // it may give up while the names keep changing, not once they stop
+    CHECK_FALSE(fs::exists(fs::symlink_status(tree)));
+  }
+  CHECK(count_entries(host) == before);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("tree_disk_bytes counts what the tree's files take, never a symlink's target") {
+  fs::path dir = fresh_temp_dir("tree_fs", "bytes");
+  fs::path tree = dir / "tree";
+  fs::create_directories(tree / "d");
+  {
+    std::ofstream big(tree / "d" / "big", std::ios::binary);
+    big << std::string(1 << 20, 'x');
+  }
+  fs::create_hard_link(tree / "d" / "big", tree / "hardlink");
+  std::ofstream(dir / "host-file", std::ios::binary) << std::string(7'777'777, 'h');
+  fs::create_symlink(dir / "host-file", tree / "link");
+  fs::create_directory_symlink(dir, tree / "dir-link");
+  // A sparse file costs what it holds, not its length.
+  int fd = open((tree / "sparse").c_str(), O_CREAT | O_WRONLY, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, 1LL << 32) == 0);
+  close(fd);
+  sync();
+  std::uint64_t bytes = tree_disk_bytes(tree);
+  CHECK(bytes >= (1u << 20));
+  CHECK(bytes < 2u << 20);
+  CHECK(tree_disk_bytes(dir / "absent") == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a restore whose staged workspace is a symlink is refused and the live workspace is kept") {
+  // The extracting child runs as the sandbox uid; a compromised one (the
+  // helper below stands in for it) leaves staging/workspace a symlink to a
+  // host directory. Root must not chown it nor rename it into place.
+  fs::path dir = fresh_temp_dir("tree_fs", "restore");
+  fs::path host = host_canaries(dir);
+  struct stat host_before;
+  REQUIRE(stat(host.c_str(), &host_before) == 0);
+  StateLayout layout{dir / "state"};
+  fs::create_directories(layout.sandbox("sb") / "workspace");
+  std::ofstream(layout.sandbox("sb") / "workspace" / "live.txt") << "live data";
+  Catalog catalog(layout.catalog());
+  SnapshotStore store(layout, catalog);
+  fs::path helper = dir / "compromised-helper";
+  std::ofstream(helper) << "#!/bin/sh\n"
+                        << "# extract ARCHIVE DEST DIGEST OWNER MAX...: what a compromised child could leave\n"
+                        << "mkdir \"$3\" && ln -s '" << host.string() << "' \"$3/workspace\" && mkdir \"$3/home\"\n"
+                        << "echo 'OK 1 1 -'\n";
+  fs::permissions(helper, fs::perms::owner_all);
+  std::string saved = std::getenv("AGENTBOX_ARCHIVE_HELPER") ? std::getenv("AGENTBOX_ARCHIVE_HELPER") : "";
+  setenv("AGENTBOX_ARCHIVE_HELPER", helper.c_str(), 1);
+  SnapshotRecord snapshot;
+  snapshot.id = "snap-x";
+  snapshot.sandbox = "sb";
+  snapshot.path = "snapshots/sb/snap-x.tar.zst";
+  std::optional<std::pair<unsigned, unsigned>> owner;
+  if (geteuid() == 0) owner = std::make_pair(65534u, 65534u);
+  CHECK_THROWS_WITH(store.restore(snapshot, owner), Catch::Contains("workspace") && Catch::Contains("not a directory"));
+  setenv("AGENTBOX_ARCHIVE_HELPER", saved.c_str(), 1);
+  fs::path live = layout.sandbox("sb") / "workspace";
+  CHECK(fs::is_directory(fs::symlink_status(live)));
+  CHECK(fs::exists(live / "live.txt"));
+  struct stat host_after;
+  REQUIRE(stat(host.c_str(), &host_after) == 0);
+  CHECK(host_after.st_uid == host_before.st_uid);
+  CHECK(host_after.st_mode == host_before.st_mode);
+  CHECK(fs::exists(host / "canary-0"));
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // the staging directory's trash may still be going
+}
