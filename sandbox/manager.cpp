@@ -1,13 +1,14 @@
 #include "sandbox/manager.h"
 
 #include "persistence/recovery.h"
+#include "persistence/tree_fs.h"
+#include "sandbox/host_dirs.h"
 
 #include <spdlog/spdlog.h>
 
 #include <ctime>
 #include <csignal>
 #include <fcntl.h>
-#include <fstream>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -83,14 +84,7 @@ double Sandbox::cpu_quota() const {
 }
 
 std::uint64_t Sandbox::workspace_bytes() const {
-  std::uint64_t total = 0;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dirs_.workspace(), fs::directory_options::skip_permission_denied, ec), end;
-       it != end; it.increment(ec)) {
-    if (ec) break;
-    if (it->is_regular_file(ec) && !it->is_symlink(ec)) total += it->file_size(ec);
-  }
-  return total;
+  return persistence::tree_disk_bytes(dirs_.workspace());  // follows no symlink (tree_fs.h)
 }
 
 Lease::Lease(std::shared_ptr<Sandbox> sandbox, std::string notice)
@@ -234,30 +228,11 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
 }
 
 void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
-  make_dir(d.root, root_ && !stages() ? 0711 : 0700);
-  // dirs.root stays the server's: the sandbox user could otherwise swap an
-  // entry of it for a symlink that root's mkdir/chmod/chown and /etc writes
-  // below then follow (docs/sandbox.md "State directory anywhere"); the
-  // launcher stages them for bwrap as root (staging.h). One an older agentbox
-  // gave the sandbox user is taken back (its parent is the server's, so
-  // lchown there follows nothing).
-  if (stages() && lchown(d.root.c_str(), 0, 0) != 0)
-    throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + d.root.string(), errno));
-  for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) make_dir(dir, 0755);
-  chmod(d.tmp().c_str(), 01777);
-  make_dir(d.etc(), 0755);
-  for (const auto& [name, content] : generated_etc_files(plan)) {
-    std::ofstream out(d.etc() / name, std::ios::trunc);
-    out << content;
-    if (!out) throw SandboxError(codes::kSandboxStartFailed, "cannot write " + (d.etc() / name).string());
-  }
-  if (root_) {
-    // The sandbox user owns its directories; the generated /etc stays root's.
-    for (const auto& dir : {d.workspace(), d.home(), d.tmp()}) {
-      if (chown(dir.c_str(), options_.sandbox_uid, options_.sandbox_gid) != 0)
-        throw SandboxError(codes::kSandboxStartFailed, errno_message("chown " + dir.string(), errno));
-    }
-  }
+  DirsSetup setup;  // by descriptor, following no symlink (host_dirs.h)
+  setup.root_mode = root_ && !stages() ? 0711 : 0700;
+  if (root_) setup.owner = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+  setup.etc_files = generated_etc_files(plan);
+  prepare_sandbox_dirs(d, setup);
 }
 
 BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
@@ -403,8 +378,7 @@ PreparedSandbox::~PreparedSandbox() {
   if (claimed) return;
   if (client) client->stop();
   cgroup.reset();
-  std::error_code ec;
-  if (!dirs.root.empty()) fs::remove_all(dirs.root, ec);
+  if (!dirs.root.empty()) persistence::remove_tree(dirs.root);
   // lock is released last (member destructor): recovery by another server
   // removes directories only of sandboxes whose lock it can take.
 }
