@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <set>
+#include <string>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,7 +53,8 @@ class Remover {
   // flips between a directory and a symlink is opened O_NOFOLLOW (so only
   // ever a real directory is entered) or unlinked as what it is.
   void remove(int parent, const char* name, int depth) {
-    for (int attempt = 0; attempt < 8; ++attempt) {
+    // The top is retried more: each pass also takes the subtrees moved up to it.
+    for (int attempt = 0; attempt < (depth == 0 ? 64 : 8); ++attempt) {
       int fd = openat(parent, name, kDirFlags | O_NOATIME);
       if (fd < 0 && errno == EPERM) fd = openat(parent, name, kDirFlags);  // O_NOATIME needs ownership
       if (fd < 0) {
@@ -68,10 +70,17 @@ class Remover {
         return fail(EXDEV);  // a mount point: not ours to empty
       }
       if (depth >= kMaxTreeDepth) {
+        // Deeper than one descriptor per level allows: moved up to the top
+        // (a rename inside the tree, between two descriptors) and taken by
+        // the top's next pass.
         close(fd);
-        return fail(ELOOP);
+        std::string moved = ".agentbox-deep-" + std::to_string(++moved_);
+        if (top_ >= 0 && renameat(parent, name, top_, moved.c_str()) == 0) return;
+        return fail(errno);
       }
+      if (depth == 0) top_ = fd;
       empty(fd, depth + 1);
+      if (depth == 0) top_ = -1;
       if (unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT) return;
       if (errno != ENOTDIR && errno != ENOTEMPTY && errno != EEXIST) return fail(errno);
       // Swapped for something else, or refilled meanwhile: look again.
@@ -104,6 +113,8 @@ class Remover {
   }
 
   dev_t dev_;
+  int top_ = -1;  // the tree's own directory while it is being emptied
+  unsigned long moved_ = 0;
   std::error_code error_;
 };
 
@@ -173,7 +184,8 @@ std::error_code remove_tree(const fs::path& path) {
   if (fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     Remover remover(st.st_dev);
     remover.remove(parent, name.c_str(), 0);
-    result = remover.error();
+    // An error on the way that a later pass made up for is no error.
+    if (fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) result = remover.error();
   } else if (errno != ENOENT) {
     result = errno_code(errno);
   }

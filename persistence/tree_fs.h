@@ -32,8 +32,10 @@ class UniqueFd {
 // Deletes `path` and everything under it. A symlink anywhere is unlinked,
 // never followed, also one swapped in for a directory mid-walk (directories
 // are opened O_NOFOLLOW relative to their parent's descriptor); a directory
-// on another filesystem (a mount point) is left, and so is anything deeper
-// than kMaxTreeDepth. Returns the first error (none when `path` is absent).
+// on another filesystem (a mount point) is left. One descriptor per level:
+// a subtree deeper than kMaxTreeDepth is moved up to `path` and removed from
+// there (up to 64 such passes). Returns the first error (none when `path` is
+// absent); then what could not be removed is left.
 inline constexpr int kMaxTreeDepth = 256;
 std::error_code remove_tree(const std::filesystem::path& path);
 

@@ -101,7 +101,8 @@ class Sandbox {
   // "failed" (the agent died); docs/design.md section 8 vocabulary.
   std::string state() const;
   std::shared_ptr<AgentClient> client() const;
-  // Bytes under /workspace (walks the tree).
+  // Bytes the files under /workspace take on disk (a descriptor walk that
+  // follows no symlink: persistence/tree_fs.h).
   std::uint64_t workspace_bytes() const;
   // The CPU quota its cgroup enforces, in CPUs; 0 when none.
   double cpu_quota() const;

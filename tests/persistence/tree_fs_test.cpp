@@ -60,6 +60,25 @@ TEST_CASE("remove_tree unlinks the symlinks it finds, never their targets") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("remove_tree removes a tree deeper than one descriptor per level allows") {
+  fs::path dir = fresh_temp_dir("tree_fs", "deep");
+  fs::path tree = dir / "tree";
+  fs::create_directory(tree);
+  int fd = open(tree.c_str(), O_RDONLY | O_DIRECTORY);
+  for (int level = 0; level < 3 * kMaxTreeDepth + 7; ++level) {
+    REQUIRE(mkdirat(fd, "d", 0755) == 0);
+    int file = openat(fd, "f", O_CREAT | O_WRONLY, 0644);
+    close(file);
+    int next = openat(fd, "d", O_RDONLY | O_DIRECTORY);
+    close(fd);
+    fd = next;
+  }
+  close(fd);
+  CHECK_FALSE(remove_tree(tree));
+  CHECK_FALSE(fs::exists(fs::symlink_status(tree)));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("remove_tree never deletes through a directory flipped to a symlink mid-walk") {
   // A box-uid process swaps tree/sub (a real directory) and tree/link (a
   // symlink to a host directory) with RENAME_EXCHANGE in a loop while root
