@@ -74,7 +74,7 @@ class Statement {
     int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw CatalogError(std::string("catalog: ") + sqlite3_errmsg(db_));
+    throw CatalogError(std::string("catalog: ") + sqlite3_errmsg(db_), rc & 0xff);
   }
   void run() {
     while (step()) {
@@ -120,10 +120,17 @@ SnapshotRecord read_snapshot(const Statement& st) {
 
 }  // namespace
 
+bool CatalogError::disk_full() const { return code_ == SQLITE_FULL; }
+
 std::string iso_now() {
   auto now = std::chrono::system_clock::now();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  return iso_time(ms / 1000, static_cast<long>(ms % 1000) * 1'000'000);
+}
+
+std::string iso_time(std::int64_t seconds, long nanoseconds) {
+  std::int64_t ms = seconds * 1000 + nanoseconds / 1'000'000;
+  std::time_t secs = static_cast<std::time_t>(seconds);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[40];
@@ -139,7 +146,7 @@ Catalog::Catalog(const std::filesystem::path& file) : file_(file) {
     std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
-    throw CatalogError("cannot open the catalog " + file.string() + ": " + why);
+    throw CatalogError("cannot open the catalog " + file.string() + ": " + why, rc & 0xff);
   }
   // Another server may hold the write lock for a moment; wait rather than fail.
   sqlite3_busy_timeout(db_, 10'000);
@@ -155,10 +162,10 @@ Catalog::~Catalog() { sqlite3_close(db_); }
 
 void Catalog::exec(const char* sql) {
   char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+  if (int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error); rc != SQLITE_OK) {
     std::string why = error ? error : sqlite3_errmsg(db_);
     sqlite3_free(error);
-    throw CatalogError("catalog " + file_.string() + ": " + why);
+    throw CatalogError("catalog " + file_.string() + ": " + why, rc & 0xff);
   }
 }
 
@@ -262,6 +269,79 @@ void Catalog::remove_sandbox(const std::string& sandbox) {
     Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?").bind(1, sandbox).run();
   });
+}
+
+void Catalog::begin_destroy(const std::string& sandbox, bool keep_snapshots) {
+  transaction([&] {
+    Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
+    if (!keep_snapshots) Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = '', lost_processes = '[]', updated_at = ? "
+                   "WHERE id = ?")
+        .bind(1, std::string(keep_snapshots ? "clearing" : "destroying")).bind(2, iso_now()).bind(3, sandbox).run();
+  });
+}
+
+void Catalog::drop_destroyed(const std::string& sandbox) {
+  transaction([&] {
+    Statement(db_, "DELETE FROM snapshots WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM sandboxes WHERE id = ? AND state = 'destroying'").bind(1, sandbox).run();
+  });
+}
+
+void Catalog::adopt_sandbox(const std::string& sandbox, const std::string& conversation, const std::string& state) {
+  transaction([&] {
+    std::string now = iso_now();
+    Statement(db_, "INSERT INTO sandboxes (id, state, created_at, updated_at) VALUES (?, ?, ?, ?)")
+        .bind(1, sandbox).bind(2, state).bind(3, now).bind(4, now).run();
+    if (!conversation.empty())
+      Statement(db_, "INSERT OR IGNORE INTO conversations (id, sandbox_id, created_at) VALUES (?, ?, ?)")
+          .bind(1, conversation).bind(2, sandbox).bind(3, now).run();
+  });
+}
+
+std::string Catalog::damage(const std::filesystem::path& file) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(file, ec);
+  if (ec) return "";  // none yet: a fresh state directory
+  if (size == 0) return "it is an empty file";
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  std::string why;
+  auto query = [&](const char* sql) {
+    std::vector<std::string> rows;
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
+      why = sqlite3_errmsg(db);
+      return rows;
+    }
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      auto p = sqlite3_column_text(st, 0);
+      rows.emplace_back(p ? reinterpret_cast<const char*>(p) : "");
+    }
+    if (rc != SQLITE_DONE) why = sqlite3_errmsg(db);
+    sqlite3_finalize(st);
+    return rows;
+  };
+  if (rc != SQLITE_OK) {
+    why = db ? sqlite3_errmsg(db) : "cannot open it";
+  } else {
+    sqlite3_busy_timeout(db, 10'000);
+    auto check = query("PRAGMA quick_check");
+    if (why.empty() && (check.empty() || check[0] != "ok"))
+      why = "PRAGMA quick_check: " + (check.empty() ? std::string("no answer") : check[0]);
+    auto version = why.empty() ? query("PRAGMA user_version") : std::vector<std::string>{};
+    auto tables = why.empty() ? query("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+                                      "('sandboxes', 'conversations', 'sessions', 'snapshots')")
+                              : std::vector<std::string>{};
+    // Version 0 with none of our tables is a first migration that rolled back.
+    if (why.empty() && !version.empty() && std::stoi(version[0]) > 0 && tables.size() != 4)
+      why = "it is not agentbox's schema (user_version " + version[0] + ", " + std::to_string(tables.size()) +
+            " of its 4 tables)";
+    if (why.empty() && !version.empty() && version[0] == "0" && !tables.empty())
+      why = "it holds agentbox tables but no schema version";
+  }
+  sqlite3_close(db);
+  return why;
 }
 
 void Catalog::save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions) {

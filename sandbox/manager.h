@@ -234,6 +234,11 @@ class Manager {
   void record_lost_processes(Sandbox& sandbox);
   bool teardown(const std::shared_ptr<Sandbox>& sandbox);
   void idle_main();
+  std::optional<std::string> idle_step(const std::shared_ptr<Sandbox>& sandbox,
+                                       std::chrono::steady_clock::time_point last_used);
+  void open_catalog();
+  std::string resume_stopped(Sandbox& sandbox, const persistence::SandboxRecord& record, const ProgressFn& progress);
+  SandboxError state_error(const std::exception& e, const std::string& code, const std::string& what) const;
   std::optional<std::pair<unsigned, unsigned>> owner() const;
 
   ManagerOptions options_;
