@@ -114,7 +114,8 @@ SnapshotRecord read_snapshot(const Statement& st) {
   r.label = st.text(6);
   r.path = st.text(7);
   r.reason = st.text(8);
-  r.complete = st.integer(9) != 0;
+  r.complete = st.integer(9) == 1;
+  r.removing = st.integer(9) == 2;
   return r;
 }
 
@@ -371,6 +372,11 @@ void Catalog::add_snapshot(const SnapshotRecord& r) {
       .bind(1, r.id).bind(2, r.sandbox).bind(3, r.created_at).bind(4, static_cast<std::int64_t>(r.bytes))
       .bind(5, static_cast<std::int64_t>(r.files)).bind(6, r.digest).bind(7, r.label).bind(8, r.path)
       .bind(9, r.reason).bind(10, std::int64_t{r.complete}).run();
+}
+
+void Catalog::mark_removing(const std::string& snapshot) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE snapshots SET complete = 2 WHERE id = ?").bind(1, snapshot).run();
 }
 
 void Catalog::mark_complete(const std::string& snapshot) {

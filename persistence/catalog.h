@@ -67,6 +67,7 @@ struct SnapshotRecord {
   std::string path;          // relative to the state directory
   std::string reason;        // manual, idle, recovered
   bool complete = false;     // false between "about to rename" and "renamed"
+  bool removing = false;     // being deleted (complete = 2): its file may be gone already
 };
 
 // ISO 8601 UTC with milliseconds, as every row stores times.
@@ -118,6 +119,10 @@ class Catalog {
 
   void add_snapshot(const SnapshotRecord& snapshot);
   void mark_complete(const std::string& snapshot);
+  // Before a snapshot's file is deleted: a crash after it leaves a row
+  // recovery drops, never a complete row without its file (which recovery
+  // keeps and reports as lost).
+  void mark_removing(const std::string& snapshot);
   // Newest first; all sandboxes when sandbox is empty. Incomplete rows only
   // when asked (recovery).
   std::vector<SnapshotRecord> snapshots(const std::string& sandbox, bool include_incomplete = false);

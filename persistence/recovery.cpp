@@ -60,7 +60,12 @@ class Recovery {
     for (const auto& s : catalog_.snapshots(id, true)) {
       recorded.insert(fs::path(s.path).filename().string());
       bool present = fs::exists(store_.file(s));
-      if (s.complete && !present) {
+      if (s.removing) {
+        std::error_code ec;
+        fs::remove(store_.file(s), ec);
+        catalog_.remove_snapshot(s.id);
+        act("snapshot " + s.id + " of " + id + ": its removal was cut short; finished");
+      } else if (s.complete && !present) {
         // Dropping the row would let the next call start on an empty or
         // older workspace without a word: keep it, so restoring it reports
         // SNAPSHOT_CORRUPT naming the snapshot (docs/design.md section 4).
@@ -178,12 +183,21 @@ class Recovery {
     if (sandbox.owner_pid != 0) catalog_.set_owner(sandbox.id, 0);
   }
 
-  static bool holds_files(const fs::path& dir) {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      if (!it->is_directory(ec)) return true;
-    return ec.value() != 0;  // unreadable: assume it holds something
+  // Whether the trees a snapshot would hold (workspace, home) hold any file;
+  // etc and tmp are the server's own. A spare a crash left holds none.
+  bool holds_files(const std::string& id) {
+    for (const auto& tree : layout_.trees(id)) {
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(tree.dir, ec))) continue;
+      if (!fs::is_directory(fs::symlink_status(tree.dir, ec))) return true;
+      for (auto it = fs::recursive_directory_iterator(tree.dir, ec); it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (ec) return true;  // unreadable: assume it holds something
+        if (!it->is_directory(ec)) return true;
+      }
+      if (ec) return true;
+    }
+    return false;
   }
 
   std::string mapped_conversation(const std::string& id) {
@@ -231,7 +245,7 @@ class Recovery {
       act("adopted sandbox " + id + " found on disk (" + (live ? "live directories" : "snapshots") + "), " +
           (conversation.empty() ? "serving no conversation (its conversation is not recorded)"
                                 : "conversation '" + conversation + "'"));
-    } else if (fs::exists(dir, ec) && holds_files(dir)) {
+    } else if (fs::exists(dir, ec) && holds_files(id)) {
       act("directory " + dir.string() + " of a sandbox the catalog does not know holds files: kept at " +
           move_aside(layout_, dir, id).string());
     } else if (fs::exists(dir, ec)) {

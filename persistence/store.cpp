@@ -158,6 +158,7 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
 }
 
 void SnapshotStore::remove(const SnapshotRecord& snapshot) {
+  catalog_.mark_removing(snapshot.id);
   std::error_code ec;
   fs::remove(file(snapshot), ec);
   catalog_.remove_snapshot(snapshot.id);

@@ -168,7 +168,7 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
   if (!sandbox->running()) {
     take_lock(*sandbox);
     auto record = catalog_->find_sandbox(sandbox->id());
-    if (!record) {
+    if (!record || record->state == "destroying") {
       // Destroyed by another server since this one last looked: start over.
       {
         std::lock_guard lock(mutex_);

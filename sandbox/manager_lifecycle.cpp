@@ -457,6 +457,12 @@ bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
   try {
     store_->destroy(sandbox->id(), keep_snapshots);
   } catch (const std::exception& e) {
+    // Re-read from the catalog on the next call: the old sandbox if the
+    // destroy was not recorded, else a fresh one (recovery finishes it).
+    {
+      std::lock_guard lock(mutex_);
+      sandboxes_.erase(conversation);
+    }
     release_lock(*sandbox);
     throw state_error(e, codes::kIoError, "could not destroy the sandbox");
   }

@@ -227,20 +227,30 @@ StateLayout destroy_setup(const fs::path& root) {
   return layout;
 }
 
-[[noreturn]] void destroy_cycle(const StateLayout& layout) {
+[[noreturn]] void destroy_cycle(const StateLayout& layout, bool keep_snapshots) {
   Catalog catalog(layout.catalog());
-  SnapshotStore(layout, catalog).destroy(kSandbox, /*keep_snapshots=*/false);
+  SnapshotStore(layout, catalog).destroy(kSandbox, keep_snapshots);
   _exit(0);
 }
 
 // After recovery: either nothing was destroyed (the conversation still has
 // its sandbox, live, with the file written after the last snapshot and all
 // three snapshots), or all of it was (no row, no mapping, no directories,
-// no archives). Returns which.
-bool destroyed_or_intact(const StateLayout& layout, Catalog& catalog) {
+// no archives; with keep_snapshots: the mapping, state "none", no live
+// directories, the three snapshots intact). Returns which.
+bool destroyed_or_intact(const StateLayout& layout, Catalog& catalog, bool keep_snapshots) {
   auto sb = catalog.find_by_conversation("doomed");
   std::error_code ec;
+  if (keep_snapshots && sb && sb->state != "active") {
+    CHECK(sb->state == "none");
+    CHECK_FALSE(fs::exists(layout.sandbox(kSandbox) / "workspace", ec));
+    CHECK(catalog.snapshots(kSandbox).size() == 3);
+    CHECK(catalog.sessions(kSandbox).empty());
+    check_consistent(layout, catalog);
+    return true;
+  }
   if (!sb) {
+    CHECK_FALSE(keep_snapshots);
     CHECK_FALSE(catalog.find_sandbox(kSandbox));
     CHECK(catalog.snapshots(kSandbox, true).empty());
     CHECK_FALSE(fs::exists(layout.sandbox(kSandbox), ec));
@@ -260,13 +270,15 @@ bool destroyed_or_intact(const StateLayout& layout, Catalog& catalog) {
 }  // namespace
 
 TEST_CASE("SIGKILL at many points during destroy leaves the old sandbox or none, never a mix") {
+  bool keep = GENERATE(false, true);
+  INFO("keep_snapshots " << keep);
   fs::path root = fs::temp_directory_path() / ("agentbox-crash-destroy-" + std::to_string(getpid()));
   auto start = Clock::now();
   StateLayout layout = destroy_setup(root);
   auto setup_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
   start = Clock::now();
   pid_t pid = fork();
-  if (pid == 0) destroy_cycle(layout);
+  if (pid == 0) destroy_cycle(layout, keep);
   int status = 0;
   waitpid(pid, &status, 0);
   REQUIRE(WIFEXITED(status));
@@ -275,14 +287,14 @@ TEST_CASE("SIGKILL at many points during destroy leaves the old sandbox or none,
   {
     Catalog catalog(layout.catalog());
     recover(layout, catalog);
-    REQUIRE(destroyed_or_intact(layout, catalog));
+    REQUIRE(destroyed_or_intact(layout, catalog, keep));
   }
   constexpr int kPoints = 40;
   int old_state = 0, new_state = 0;
   for (int point = 0; point < kPoints; ++point) {
     layout = destroy_setup(root);
     pid = fork();
-    if (pid == 0) destroy_cycle(layout);
+    if (pid == 0) destroy_cycle(layout, keep);
     std::this_thread::sleep_for(std::chrono::microseconds(cycle_us * point / kPoints));
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
@@ -290,7 +302,7 @@ TEST_CASE("SIGKILL at many points during destroy leaves the old sandbox or none,
     auto report = recover(layout, catalog);
     INFO("kill point " << point << " of " << kPoints);
     for (const auto& line : report.actions) UNSCOPED_INFO("recovery: " << line);
-    (destroyed_or_intact(layout, catalog) ? new_state : old_state)++;
+    (destroyed_or_intact(layout, catalog, keep) ? new_state : old_state)++;
   }
   // Both outcomes must have been seen, or the points missed the destroy.
   INFO("old " << old_state << ", new " << new_state);
