@@ -306,43 +306,45 @@ std::string Catalog::damage(const std::filesystem::path& file) {
   if (ec) return "";  // none yet: a fresh state directory
   if (size == 0) return "it is an empty file";
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  if (sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return "";  // cannot open it at all: the constructor reports why, nothing is renamed
+  }
+  sqlite3_busy_timeout(db, 10'000);
+  // Only what says the file itself is bad counts: a busy or full database
+  // (another server, a full disk) is never renamed away.
   std::string why;
+  bool unsure = false;
   auto query = [&](const char* sql) {
     std::vector<std::string> rows;
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
-      why = sqlite3_errmsg(db);
-      return rows;
-    }
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, nullptr);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
       auto p = sqlite3_column_text(st, 0);
       rows.emplace_back(p ? reinterpret_cast<const char*>(p) : "");
     }
-    if (rc != SQLITE_DONE) why = sqlite3_errmsg(db);
     sqlite3_finalize(st);
+    if (rc == SQLITE_DONE || rc == SQLITE_OK) return rows;
+    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT) why = sqlite3_errstr(rc);
+    else unsure = true;
     return rows;
   };
-  if (rc != SQLITE_OK) {
-    why = db ? sqlite3_errmsg(db) : "cannot open it";
-  } else {
-    sqlite3_busy_timeout(db, 10'000);
-    auto check = query("PRAGMA quick_check");
-    if (why.empty() && (check.empty() || check[0] != "ok"))
-      why = "PRAGMA quick_check: " + (check.empty() ? std::string("no answer") : check[0]);
-    auto version = why.empty() ? query("PRAGMA user_version") : std::vector<std::string>{};
-    auto tables = why.empty() ? query("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
-                                      "('sandboxes', 'conversations', 'sessions', 'snapshots')")
-                              : std::vector<std::string>{};
+  auto check = query("PRAGMA quick_check");
+  if (why.empty() && !unsure && (check.empty() || check[0] != "ok"))
+    why = "PRAGMA quick_check: " + (check.empty() ? std::string("no answer") : check[0]);
+  if (why.empty() && !unsure) {
+    auto version = query("PRAGMA user_version");
+    auto tables = query("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+                        "('sandboxes', 'conversations', 'sessions', 'snapshots')");
     // Version 0 with none of our tables is a first migration that rolled back.
-    if (why.empty() && !version.empty() && std::stoi(version[0]) > 0 && tables.size() != 4)
+    if (!unsure && why.empty() && !version.empty() && version[0] != "0" && tables.size() != 4)
       why = "it is not agentbox's schema (user_version " + version[0] + ", " + std::to_string(tables.size()) +
             " of its 4 tables)";
-    if (why.empty() && !version.empty() && version[0] == "0" && !tables.empty())
+    if (!unsure && why.empty() && !version.empty() && version[0] == "0" && !tables.empty())
       why = "it holds agentbox tables but no schema version";
   }
   sqlite3_close(db);
-  return why;
+  return unsure ? "" : why;
 }
 
 void Catalog::save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions) {

@@ -254,6 +254,8 @@ class Manager {
   std::mutex idle_mutex_;
   std::condition_variable idle_wake_;
   bool stopping_ = false;  // guarded by idle_mutex_
+  // Sandboxes whose idle teardown failed (a full disk): not retried before then.
+  std::map<std::string, std::chrono::steady_clock::time_point> idle_backoff_;  // guarded by idle_mutex_
   std::thread idle_thread_;
   std::mutex spare_mutex_;
   std::condition_variable spare_wake_;

@@ -268,8 +268,13 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
   auto start = Clock::now();
   auto give_up = [&](const char* what, const std::exception& e) {
     // The live directories stay the truth; the next call starts on them.
-    spdlog::error("sandbox {}: idle {} failed, keeping its directories: {}", sandbox->id(), what,
-                  state_error(e, codes::kSnapshotFailed, "idle teardown").what());
+    auto retry = std::max<std::chrono::milliseconds>(options_.idle_timeout, std::chrono::seconds(30));
+    spdlog::error("sandbox {}: idle {} failed, keeping its directories (next try in {} s): {}", sandbox->id(), what,
+                  retry.count() / 1000, state_error(e, codes::kSnapshotFailed, "idle teardown").what());
+    {
+      std::lock_guard lock(idle_mutex_);
+      idle_backoff_[sandbox->id()] = Clock::now() + retry;  // a full disk stays full for a while
+    }
     try {
       catalog_->set_state(sandbox->id(), "active");
     } catch (const std::exception&) {
@@ -337,6 +342,11 @@ void Manager::idle_main() {
         if (sandbox->in_use_ > 0) continue;  // a foreground command is running
         last_used = sandbox->last_used_;
         saved = sandbox->sessions_saved_;
+      }
+      {
+        std::lock_guard lock(idle_mutex_);
+        auto it = idle_backoff_.find(sandbox->id());
+        if (it != idle_backoff_.end() && Clock::now() < it->second) continue;
       }
       // Sessions change only through calls: save them once after each burst,
       // so a crash loses as little as possible.
