@@ -74,7 +74,7 @@ class Statement {
     int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw CatalogError(std::string("catalog: ") + sqlite3_errmsg(db_));
+    throw CatalogError(std::string("catalog: ") + sqlite3_errmsg(db_), rc & 0xff);
   }
   void run() {
     while (step()) {
@@ -114,16 +114,24 @@ SnapshotRecord read_snapshot(const Statement& st) {
   r.label = st.text(6);
   r.path = st.text(7);
   r.reason = st.text(8);
-  r.complete = st.integer(9) != 0;
+  r.complete = st.integer(9) == 1;
+  r.removing = st.integer(9) == 2;
   return r;
 }
 
 }  // namespace
 
+bool CatalogError::disk_full() const { return code_ == SQLITE_FULL; }
+
 std::string iso_now() {
   auto now = std::chrono::system_clock::now();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  return iso_time(ms / 1000, static_cast<long>(ms % 1000) * 1'000'000);
+}
+
+std::string iso_time(std::int64_t seconds, long nanoseconds) {
+  std::int64_t ms = seconds * 1000 + nanoseconds / 1'000'000;
+  std::time_t secs = static_cast<std::time_t>(seconds);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[40];
@@ -139,7 +147,7 @@ Catalog::Catalog(const std::filesystem::path& file) : file_(file) {
     std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
-    throw CatalogError("cannot open the catalog " + file.string() + ": " + why);
+    throw CatalogError("cannot open the catalog " + file.string() + ": " + why, rc & 0xff);
   }
   // Another server may hold the write lock for a moment; wait rather than fail.
   sqlite3_busy_timeout(db_, 10'000);
@@ -155,10 +163,10 @@ Catalog::~Catalog() { sqlite3_close(db_); }
 
 void Catalog::exec(const char* sql) {
   char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+  if (int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error); rc != SQLITE_OK) {
     std::string why = error ? error : sqlite3_errmsg(db_);
     sqlite3_free(error);
-    throw CatalogError("catalog " + file_.string() + ": " + why);
+    throw CatalogError("catalog " + file_.string() + ": " + why, rc & 0xff);
   }
 }
 
@@ -264,6 +272,81 @@ void Catalog::remove_sandbox(const std::string& sandbox) {
   });
 }
 
+void Catalog::begin_destroy(const std::string& sandbox, bool keep_snapshots) {
+  transaction([&] {
+    Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
+    if (!keep_snapshots) Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = '', lost_processes = '[]', updated_at = ? "
+                   "WHERE id = ?")
+        .bind(1, std::string(keep_snapshots ? "clearing" : "destroying")).bind(2, iso_now()).bind(3, sandbox).run();
+  });
+}
+
+void Catalog::drop_destroyed(const std::string& sandbox) {
+  transaction([&] {
+    Statement(db_, "DELETE FROM snapshots WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM sandboxes WHERE id = ? AND state = 'destroying'").bind(1, sandbox).run();
+  });
+}
+
+void Catalog::adopt_sandbox(const std::string& sandbox, const std::string& conversation, const std::string& state) {
+  transaction([&] {
+    std::string now = iso_now();
+    Statement(db_, "INSERT INTO sandboxes (id, state, created_at, updated_at) VALUES (?, ?, ?, ?)")
+        .bind(1, sandbox).bind(2, state).bind(3, now).bind(4, now).run();
+    if (!conversation.empty())
+      Statement(db_, "INSERT OR IGNORE INTO conversations (id, sandbox_id, created_at) VALUES (?, ?, ?)")
+          .bind(1, conversation).bind(2, sandbox).bind(3, now).run();
+  });
+}
+
+std::string Catalog::damage(const std::filesystem::path& file) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(file, ec);
+  if (ec) return "";  // none yet: a fresh state directory
+  if (size == 0) return "it is an empty file";
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return "";  // cannot open it at all: the constructor reports why, nothing is renamed
+  }
+  sqlite3_busy_timeout(db, 10'000);
+  // Only what says the file itself is bad counts: a busy or full database
+  // (another server, a full disk) is never renamed away.
+  std::string why;
+  bool unsure = false;
+  auto query = [&](const char* sql) {
+    std::vector<std::string> rows;
+    sqlite3_stmt* st = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, nullptr);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+      auto p = sqlite3_column_text(st, 0);
+      rows.emplace_back(p ? reinterpret_cast<const char*>(p) : "");
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE || rc == SQLITE_OK) return rows;
+    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT) why = sqlite3_errstr(rc);
+    else unsure = true;
+    return rows;
+  };
+  auto check = query("PRAGMA quick_check");
+  if (why.empty() && !unsure && (check.empty() || check[0] != "ok"))
+    why = "PRAGMA quick_check: " + (check.empty() ? std::string("no answer") : check[0]);
+  if (why.empty() && !unsure) {
+    auto version = query("PRAGMA user_version");
+    auto tables = query("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+                        "('sandboxes', 'conversations', 'sessions', 'snapshots')");
+    // Version 0 with none of our tables is a first migration that rolled back.
+    if (!unsure && why.empty() && !version.empty() && version[0] != "0" && tables.size() != 4)
+      why = "it is not agentbox's schema (user_version " + version[0] + ", " + std::to_string(tables.size()) +
+            " of its 4 tables)";
+    if (!unsure && why.empty() && !version.empty() && version[0] == "0" && !tables.empty())
+      why = "it holds agentbox tables but no schema version";
+  }
+  sqlite3_close(db);
+  return unsure ? "" : why;
+}
+
 void Catalog::save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions) {
   transaction([&] {
     Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
@@ -291,6 +374,11 @@ void Catalog::add_snapshot(const SnapshotRecord& r) {
       .bind(1, r.id).bind(2, r.sandbox).bind(3, r.created_at).bind(4, static_cast<std::int64_t>(r.bytes))
       .bind(5, static_cast<std::int64_t>(r.files)).bind(6, r.digest).bind(7, r.label).bind(8, r.path)
       .bind(9, r.reason).bind(10, std::int64_t{r.complete}).run();
+}
+
+void Catalog::mark_removing(const std::string& snapshot) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE snapshots SET complete = 2 WHERE id = ?").bind(1, snapshot).run();
 }
 
 void Catalog::mark_complete(const std::string& snapshot) {

@@ -23,7 +23,13 @@ namespace agentbox::persistence {
 
 class CatalogError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CatalogError(const std::string& what, int sqlite_code = 0) : std::runtime_error(what), code_(sqlite_code) {}
+  // SQLite's primary result code (SQLITE_FULL on a full disk), 0 when none.
+  int sqlite_code() const { return code_; }
+  bool disk_full() const;
+
+ private:
+  int code_;
 };
 
 // Sandbox lifecycle states as stored (docs/design.md section 8 vocabulary). What a
@@ -61,10 +67,12 @@ struct SnapshotRecord {
   std::string path;          // relative to the state directory
   std::string reason;        // manual, idle, recovered
   bool complete = false;     // false between "about to rename" and "renamed"
+  bool removing = false;     // being deleted (complete = 2): its file may be gone already
 };
 
 // ISO 8601 UTC with milliseconds, as every row stores times.
 std::string iso_now();
+std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
@@ -90,12 +98,31 @@ class Catalog {
   // Deletes the sandbox, its conversation mapping and sessions (snapshot rows
   // are removed by the caller, who also deletes their files).
   void remove_sandbox(const std::string& sandbox);
+  // Step one of a destroy (docs/persistence.md, "Destroy"), one transaction:
+  // sessions and lost processes cleared, state "destroying" (the conversation
+  // mapping dropped, so its next call gets a fresh sandbox) or, keeping the
+  // snapshots, "clearing" (mapping kept). Step three: drop_destroyed.
+  void begin_destroy(const std::string& sandbox, bool keep_snapshots);
+  // The sandbox row and every snapshot row of a "destroying" sandbox.
+  void drop_destroyed(const std::string& sandbox);
+  // Recovery's rebuild: a sandbox found on disk, mapped to conversation
+  // when that is not empty and not taken by another sandbox.
+  void adopt_sandbox(const std::string& sandbox, const std::string& conversation, const std::string& state);
+
+  // Why the catalog file cannot be used (empty when it can or does not
+  // exist): zero length, not SQLite, failing PRAGMA quick_check, or not
+  // agentbox's schema. A newer schema is not damage (the constructor refuses it).
+  static std::string damage(const std::filesystem::path& file);
 
   void save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions);
   std::vector<SessionRecord> sessions(const std::string& sandbox);
 
   void add_snapshot(const SnapshotRecord& snapshot);
   void mark_complete(const std::string& snapshot);
+  // Before a snapshot's file is deleted: a crash after it leaves a row
+  // recovery drops, never a complete row without its file (which recovery
+  // keeps and reports as lost).
+  void mark_removing(const std::string& snapshot);
   // Newest first; all sandboxes when sandbox is empty. Incomplete rows only
   // when asked (recovery).
   std::vector<SnapshotRecord> snapshots(const std::string& sandbox, bool include_incomplete = false);

@@ -263,20 +263,10 @@ int sandbox_destroy(State& st, const Args& args) {
   if (!sb) throw std::runtime_error("no such sandbox");
   auto lock = lock_or_fail(st.layout, sb->id);
   bool keep = args.options.count("keep-snapshots") > 0;
-  std::error_code ec;
-  remove_tree(st.layout.sandbox(sb->id));  // box-written: by descriptor (tree_fs.h)
-  if (keep) {
-    // As the server's destroy: the next sandbox starts empty, with neither the
-    // old sessions nor the processes the last teardown ended.
-    st.catalog->save_sessions(sb->id, {});
-    st.catalog->set_lost_processes(sb->id, "[]");
-    st.catalog->set_state(sb->id, "none");
-  } else {
-    SnapshotStore store(st.layout, *st.catalog);
-    for (const auto& s : st.catalog->snapshots(sb->id, true)) store.remove(s);
-    fs::remove_all(st.layout.snapshots(sb->id), ec);
-    st.catalog->remove_sandbox(sb->id);
-  }
+  // As the server's destroy (crash-ordered, docs/persistence.md "Destroy"):
+  // the next sandbox starts empty, with neither the old sessions nor the
+  // processes the last teardown ended.
+  SnapshotStore(st.layout, *st.catalog).destroy(sb->id, keep);
   std::printf("destroyed sandbox %s (conversation '%s')%s\n", sb->id.c_str(), sb->conversation.c_str(),
               keep ? "; snapshots kept" : "");
   return 0;

@@ -3,7 +3,9 @@
 #include "persistence/sandbox_lock.h"
 #include "persistence/tree_fs.h"
 
+#include <fstream>
 #include <set>
+#include <sys/stat.h>
 
 namespace agentbox::persistence {
 
@@ -15,26 +17,43 @@ bool is_temp_archive(const std::string& name) { return name.find(".tar.zst.tmp-"
 
 class Recovery {
  public:
-  Recovery(const StateLayout& layout, Catalog& catalog) : layout_(layout), catalog_(catalog), store_(layout, catalog) {}
+  Recovery(const StateLayout& layout, Catalog& catalog, bool rebuild)
+      : layout_(layout), catalog_(catalog), store_(layout, catalog), rebuild_(rebuild) {}
 
   RecoveryReport run() {
-    std::set<std::string> known;
+    guarded("the unknown directories", [&] { leftovers(); });
     for (const auto& sandbox : catalog_.sandboxes()) {
-      known.insert(sandbox.id);
       SandboxLock lock;
       if (!SandboxLock::acquire(layout_.lock(sandbox.id), std::chrono::milliseconds(0), lock)) {
         report_.skipped.push_back(sandbox.id);
         continue;
       }
-      snapshots(sandbox.id);
-      live(sandbox);
+      // One sandbox's repair failing (a full disk) must not stop the server
+      // or the others': it is logged and retried at the next start.
+      guarded("sandbox " + sandbox.id, [&] {
+        if (sandbox.state == "destroying" || sandbox.state == "clearing") {
+          store_.finish_destroy(sandbox.id);
+          act("sandbox " + sandbox.id + ": a destroy was cut short; finished");
+          return;
+        }
+        snapshots(sandbox.id);
+        live(sandbox);
+      });
     }
-    leftovers(known);
     return report_;
   }
 
  private:
   void act(std::string line) { report_.actions.push_back(std::move(line)); }
+
+  template <typename Fn>
+  void guarded(const std::string& what, Fn&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      report_.failed.push_back(what + ": " + e.what());
+    }
+  }
 
   void snapshots(const std::string& id) {
     fs::path dir = layout_.snapshots(id);
@@ -42,9 +61,17 @@ class Recovery {
     for (const auto& s : catalog_.snapshots(id, true)) {
       recorded.insert(fs::path(s.path).filename().string());
       bool present = fs::exists(store_.file(s));
-      if (s.complete && !present) {
+      if (s.removing) {
+        std::error_code ec;
+        fs::remove(store_.file(s), ec);
         catalog_.remove_snapshot(s.id);
-        act("snapshot " + s.id + " of " + id + ": its file is gone; dropped from the catalog");
+        act("snapshot " + s.id + " of " + id + ": its removal was cut short; finished");
+      } else if (s.complete && !present) {
+        // Dropping the row would let the next call start on an empty or
+        // older workspace without a word: keep it, so restoring it reports
+        // SNAPSHOT_CORRUPT naming the snapshot (docs/design.md section 4).
+        act("snapshot " + s.id + " of " + id + ": its file " + store_.file(s).string() +
+            " is gone; kept in the catalog, restoring it reports SNAPSHOT_CORRUPT");
       } else if (!s.complete && !present) {
         catalog_.remove_snapshot(s.id);
         act("snapshot " + s.id + " of " + id + ": interrupted before it was complete; dropped");
@@ -78,7 +105,9 @@ class Recovery {
       SnapshotRecord s;
       s.id = file.filename().string().substr(0, file.filename().string().size() - 8);
       s.sandbox = id;
-      s.created_at = iso_now();
+      // The file's time, so that "latest" still means the newest archive.
+      struct stat st{};
+      s.created_at = ::stat(file.c_str(), &st) == 0 ? iso_time(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) : iso_now();
       s.bytes = fs::file_size(file);
       s.files = r.files;
       s.digest = r.digest;
@@ -112,8 +141,26 @@ class Recovery {
       }
     }
     bool has_live = fs::exists(dir / "workspace", ec);
-    bool has_snapshot = catalog_.latest_snapshot(sandbox.id).has_value();
-    if (sandbox.state == "snapshotting" || sandbox.state == "starting") {
+    auto truth = sandbox.restore_snapshot.empty() ? catalog_.latest_snapshot(sandbox.id)
+                                                  : catalog_.find_snapshot(sandbox.restore_snapshot);
+    bool has_snapshot = truth.has_value();
+    bool stopped = sandbox.state == "stopped" || sandbox.state == "restoring";
+    if (stopped && has_snapshot && has_live && !fs::exists(store_.file(*truth), ec)) {
+      if (sandbox.state == "stopped") {
+        // A teardown stops the agent before it archives, so what it left
+        // holds what the lost snapshot held: the best copy there is.
+        catalog_.set_state(sandbox.id, "active");
+        act("sandbox " + sandbox.id + ": its snapshot " + truth->id +
+            " is gone; the live directories a teardown left are kept and adopted");
+      } else {
+        for (const auto& tree : layout_.trees(sandbox.id))
+          if (fs::exists(tree.dir, ec))
+            act("sandbox " + sandbox.id + ": a restore of the missing snapshot " + truth->id +
+                " was cut short; its half-swapped " + tree.name + " is kept at " +
+                move_aside(layout_, tree.dir, sandbox.id + "-" + tree.name).string());
+        catalog_.set_state(sandbox.id, "stopped", sandbox.restore_snapshot);
+      }
+    } else if (sandbox.state == "snapshotting" || sandbox.state == "starting") {
       catalog_.set_state(sandbox.id, "active");
       act("sandbox " + sandbox.id + ": was " + sandbox.state + "; its live directories are kept and adopted");
     } else if ((sandbox.state == "stopped" || sandbox.state == "restoring") && has_snapshot) {
@@ -137,21 +184,74 @@ class Recovery {
     if (sandbox.owner_pid != 0) catalog_.set_owner(sandbox.id, 0);
   }
 
-  void leftovers(const std::set<std::string>& known) {
+  // Whether the trees a snapshot would hold (workspace, home) hold any file;
+  // etc and tmp are the server's own. A spare a crash left holds none.
+  bool holds_files(const std::string& id) {
+    for (const auto& tree : layout_.trees(id)) {
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(tree.dir, ec))) continue;
+      if (!fs::is_directory(fs::symlink_status(tree.dir, ec))) return true;
+      for (auto it = fs::recursive_directory_iterator(tree.dir, ec); it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (ec) return true;  // unreadable: assume it holds something
+        if (!it->is_directory(ec)) return true;
+      }
+      if (ec) return true;
+    }
+    return false;
+  }
+
+  std::string mapped_conversation(const std::string& id) {
+    std::ifstream in(layout_.conversation_file(id), std::ios::binary);
+    std::string conversation((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (conversation.empty() || catalog_.find_by_conversation(conversation)) return "";
+    return conversation;
+  }
+
+  // Sandbox directories and archive directories the catalog does not know.
+  void leftovers() {
     std::error_code ec;
+    std::set<std::string> ids;
     for (const auto& entry : fs::directory_iterator(layout_.sandboxes(), ec)) {
       std::string name = entry.path().filename().string();
       if (name.rfind(".trash-", 0) == 0) {
         remove_tree(entry.path());  // box-written: by descriptor (tree_fs.h)
         act("removed trash " + entry.path().string());
-      } else if (!known.count(name) && entry.is_directory(ec)) {
-        SandboxLock lock;
-        if (!SandboxLock::acquire(layout_.lock(name), std::chrono::milliseconds(0), lock)) continue;
-        // Rows are written before directories, so no server is creating it.
-        if (catalog_.find_sandbox(name)) continue;
-        remove_tree(entry.path());  // box-written: by descriptor (tree_fs.h)
-        act("removed directory " + entry.path().string() + " of a sandbox the catalog no longer knows");
+      } else if (name[0] != '.' && entry.is_directory(ec)) {
+        ids.insert(name);
       }
+    }
+    if (rebuild_)
+      for (const auto& entry : fs::directory_iterator(layout_.root / "snapshots", ec))
+        if (entry.is_directory(ec)) ids.insert(entry.path().filename().string());
+    for (const auto& id : ids) {
+      if (catalog_.find_sandbox(id)) continue;
+      SandboxLock lock;
+      if (!SandboxLock::acquire(layout_.lock(id), std::chrono::milliseconds(0), lock)) continue;
+      // Rows are written before directories, so no server is creating it.
+      if (catalog_.find_sandbox(id)) continue;
+      guarded("directory of sandbox " + id, [&] { unknown(id); });
+    }
+  }
+
+  void unknown(const std::string& id) {
+    std::error_code ec;
+    fs::path dir = layout_.sandbox(id);
+    bool live = fs::exists(dir / "workspace", ec), snaps = false;
+    for (const auto& e : fs::directory_iterator(layout_.snapshots(id), ec))
+      snaps |= e.path().extension() == ".zst" && !is_temp_archive(e.path().filename().string());
+    std::string conversation = mapped_conversation(id);
+    if ((rebuild_ && (live || snaps)) || (!conversation.empty() && live)) {
+      catalog_.adopt_sandbox(id, conversation, live ? "active" : "stopped");
+      act("adopted sandbox " + id + " found on disk (" + (live ? "live directories" : "snapshots") + "), " +
+          (conversation.empty() ? "serving no conversation (its conversation is not recorded)"
+                                : "conversation '" + conversation + "'"));
+    } else if (fs::exists(dir, ec) && holds_files(id)) {
+      act("directory " + dir.string() + " of a sandbox the catalog does not know holds files: kept at " +
+          move_aside(layout_, dir, id).string());
+    } else if (fs::exists(dir, ec)) {
+      remove_tree(dir);  // an empty spare a crash left (box-written: by descriptor, tree_fs.h)
+      act("removed empty directory " + dir.string() + " of a sandbox the catalog does not know");
     }
   }
 
@@ -159,10 +259,40 @@ class Recovery {
   Catalog& catalog_;
   SnapshotStore store_;
   RecoveryReport report_;
+  bool rebuild_;
 };
 
 }  // namespace
 
-RecoveryReport recover(const StateLayout& layout, Catalog& catalog) { return Recovery(layout, catalog).run(); }
+RecoveryReport recover(const StateLayout& layout, Catalog& catalog, bool rebuild) {
+  return Recovery(layout, catalog, rebuild).run();
+}
+
+std::string set_aside_damaged_catalog(const StateLayout& layout) {
+  std::string why = Catalog::damage(layout.catalog());
+  if (why.empty()) return "";
+  std::string when = iso_now();
+  for (char& c : when) c = c == ':' ? '-' : c;
+  fs::path kept = layout.catalog().string() + ".damaged-" + when;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    fs::path from = layout.catalog().string() + suffix;
+    if (fs::exists(from, ec)) fs::rename(from, kept.string() + suffix);  // throws: never open over it
+  }
+  return "the catalog " + layout.catalog().string() + " is damaged (" + why + "): kept as " + kept.string() +
+         ", a new one is rebuilt from the sandboxes and snapshots on disk";
+}
+
+std::vector<std::string> kept_aside(const StateLayout& layout) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(layout.root, ec))
+    if (e.path().filename().string().rfind("catalog.db.damaged-", 0) == 0 &&
+        !e.path().string().ends_with("-wal") && !e.path().string().ends_with("-shm"))
+      out.push_back("damaged catalog kept: " + e.path().string());
+  for (const auto& e : fs::directory_iterator(layout.lost_and_found(), ec))
+    out.push_back("workspace kept aside by recovery: " + e.path().string());
+  return out;
+}
 
 }  // namespace agentbox::persistence

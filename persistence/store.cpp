@@ -40,6 +40,63 @@ void discard_dir(const StateLayout& layout, const fs::path& path) {
   }).detach();
 }
 
+fs::path move_aside(const StateLayout& layout, const fs::path& path, const std::string& name) {
+  fs::create_directories(layout.lost_and_found());
+  std::string when = iso_now();
+  for (char& c : when) c = c == ':' ? '-' : c;
+  fs::path to = layout.lost_and_found() / (name + "-" + when);
+  fs::rename(path, to);  // throws: never fall back to deleting
+  return to;
+}
+
+void record_conversation(const StateLayout& layout, const std::string& id, const std::string& conversation) {
+  fs::path file = layout.conversation_file(id);
+  std::error_code ec;
+  if (fs::exists(file, ec)) return;
+  fs::create_directories(file.parent_path(), ec);
+  fs::path tmp = file.string() + ".tmp-" + random_hex(8);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;  // best effort: only a catalog rebuild reads it
+  bool ok = write(fd, conversation.data(), conversation.size()) == static_cast<ssize_t>(conversation.size());
+  ok = fsync(fd) == 0 && ok;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), file.c_str()) != 0) unlink(tmp.c_str());
+}
+
+bool disk_full(const std::exception& e) {
+  if (auto c = dynamic_cast<const CatalogError*>(&e)) return c->disk_full();
+  if (auto f = dynamic_cast<const fs::filesystem_error*>(&e))
+    return f->code() == std::errc::no_space_on_device || f->code().value() == EDQUOT;
+  std::string what = e.what();
+  return what.find(std::strerror(ENOSPC)) != std::string::npos || what.find(std::strerror(EDQUOT)) != std::string::npos ||
+         what.find("database or disk is full") != std::string::npos;
+}
+
+void SnapshotStore::destroy(const std::string& sandbox, bool keep_snapshots) {
+  catalog_.begin_destroy(sandbox, keep_snapshots);
+  finish_destroy(sandbox);
+}
+
+void SnapshotStore::finish_destroy(const std::string& sandbox) {
+  auto record = catalog_.find_sandbox(sandbox);
+  if (!record || (record->state != "destroying" && record->state != "clearing")) return;
+  // Trees first, then the directory: each rename is atomic, and what is
+  // left after a crash is named by the tombstone or is trash.
+  for (const auto& tree : layout_.trees(sandbox)) discard_dir(layout_, tree.dir);
+  discard_dir(layout_, layout_.sandbox(sandbox));
+  if (record->state == "clearing") {
+    catalog_.set_state(sandbox, "none");
+    return;
+  }
+  for (const auto& s : catalog_.snapshots(sandbox, true)) {
+    std::error_code ec;
+    fs::remove(file(s), ec);
+  }
+  std::error_code ec;
+  fs::remove_all(layout_.snapshots(sandbox), ec);
+  catalog_.drop_destroyed(sandbox);
+}
+
 SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string& label, const std::string& reason,
                                    const ArchiveProgressFn& progress) {
   SnapshotRecord record;
@@ -139,6 +196,7 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
 }
 
 void SnapshotStore::remove(const SnapshotRecord& snapshot) {
+  catalog_.mark_removing(snapshot.id);
   std::error_code ec;
   fs::remove(file(snapshot), ec);
   catalog_.remove_snapshot(snapshot.id);

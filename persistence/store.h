@@ -31,6 +31,10 @@ struct StateLayout {
   std::filesystem::path sandbox(const std::string& id) const { return sandboxes() / id; }
   std::filesystem::path snapshots(const std::string& id) const { return root / "snapshots" / id; }
   std::filesystem::path lock(const std::string& id) const { return root / "locks" / (id + ".lock"); }
+  // Which conversation a sandbox serves, written next to its snapshots when
+  // the sandbox is created, so a catalog rebuilt from disk can map it back.
+  std::filesystem::path conversation_file(const std::string& id) const { return snapshots(id) / "conversation"; }
+  std::filesystem::path lost_and_found() const { return root / "lost+found"; }
   // The trees a snapshot holds, by their names in the archive.
   std::vector<ArchiveTree> trees(const std::string& id) const;
 };
@@ -38,6 +42,17 @@ struct StateLayout {
 // Renames path out of the way into <sandboxes>/.trash-* and deletes it; a
 // crash half-way leaves only trash, which recovery removes.
 void discard_dir(const StateLayout& layout, const std::filesystem::path& path);
+
+// Moves path to <state>/lost+found/<name>-<time> and returns where, for
+// what recovery cannot account for and must not delete.
+std::filesystem::path move_aside(const StateLayout& layout, const std::filesystem::path& path, const std::string& name);
+
+// Writes conversation_file(id) (once; tmp + rename) unless it exists.
+void record_conversation(const StateLayout& layout, const std::string& id, const std::string& conversation);
+
+// True for an exception that says the disk (or quota) is full: SQLite's
+// SQLITE_FULL, ENOSPC/EDQUOT from std::filesystem, or their strerror text.
+bool disk_full(const std::exception& e);
 
 class SnapshotStore {
  public:
@@ -54,6 +69,14 @@ class SnapshotStore {
   // does not match.
   ExtractResult restore(const SnapshotRecord& snapshot, std::optional<std::pair<unsigned, unsigned>> owner,
                         const ArchiveProgressFn& progress = {});
+
+  // Destroys the sandbox in crash order: the catalog records the destroy
+  // (Catalog::begin_destroy), then finish_destroy. A crash before the first
+  // step leaves the old sandbox, after it recovery finishes the destroy.
+  void destroy(const std::string& sandbox, bool keep_snapshots);
+  // The rest of a destroy the catalog recorded: the live directories, then
+  // (unless "clearing") the archives, then the rows. Idempotent.
+  void finish_destroy(const std::string& sandbox);
 
   // Deletes the file, then the row.
   void remove(const SnapshotRecord& snapshot);

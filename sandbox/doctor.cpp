@@ -1,5 +1,6 @@
 #include "sandbox/doctor.h"
 
+#include "persistence/recovery.h"
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/errors.h"
@@ -133,6 +134,16 @@ DoctorCheck check_state_dir(const DoctorOptions& o) {
           ok ? o.state_dir + " is writable" : o.state_dir + " is not writable by this user"};
 }
 
+// What recovery kept instead of deleting: damaged catalogs and workspaces
+// moved to lost+found (docs/persistence.md, "Crash safety and recovery").
+DoctorCheck check_kept_aside(const DoctorOptions& o) {
+  auto kept = persistence::kept_aside(persistence::StateLayout{o.state_dir});
+  if (kept.empty()) return {"recovery", Level::Ok, "nothing kept aside in " + o.state_dir};
+  std::string detail;
+  for (const auto& line : kept) detail += (detail.empty() ? "" : "; ") + line;
+  return {"recovery", Level::Warn, detail + " (look through them, then delete what you do not need)"};
+}
+
 // A real sandbox on the state directory `serve` uses (not a temporary one:
 // where it sits decides whether sandboxes start, docs/sandbox.md "State
 // directory anywhere"), under a conversation of its own, destroyed after.
@@ -182,6 +193,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   checks.push_back(check_cgroups(o));
   checks.push_back(check_seccomp());
   checks.push_back(check_state_dir(o));
+  checks.push_back(check_kept_aside(o));
   bool blocked = false;
   for (const auto& c : checks) blocked |= c.level == Level::Fail;
   if (o.start_sandbox && !blocked) checks.push_back(check_sandbox(o));

@@ -118,15 +118,7 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   layout_.root = options_.state_dir;
   make_dir(options_.state_dir / "snapshots", 0700);
   make_dir(options_.state_dir / "locks", 0700);
-  try {
-    catalog_ = std::make_unique<persistence::Catalog>(layout_.catalog());
-  } catch (const persistence::CatalogError& e) {
-    throw SandboxError(codes::kSandboxStartFailed, e.what());
-  }
-  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_);
-  auto report = persistence::recover(layout_, *catalog_);
-  for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
-  for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
+  open_catalog();
   agent_binary_ = options_.agent_binary.empty() ? default_agent() : options_.agent_binary;
   // bwrap binds the agent from this fd: when bwrap runs as the sandbox user,
   // that user need not be able to reach the binary's path.
@@ -170,7 +162,7 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
   if (!sandbox->running()) {
     take_lock(*sandbox);
     auto record = catalog_->find_sandbox(sandbox->id());
-    if (!record) {
+    if (!record || record->state == "destroying") {
       // Destroyed by another server since this one last looked: start over.
       {
         std::lock_guard lock(mutex_);
@@ -182,11 +174,8 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
     }
     auto client = sandbox->client();
     bool died = client && !client->stopped();
-    if (record->state == "stopped") {
-      auto snapshot = record->restore_snapshot.empty() ? catalog_->latest_snapshot(sandbox->id())
-                                                       : catalog_->find_snapshot(record->restore_snapshot);
-      if (snapshot) notice = restore_locked(*sandbox, *snapshot, progress, "stopped");
-      else spdlog::warn("sandbox {} is stopped but has no snapshot; starting it on what is on disk", sandbox->id());
+    if (record->state == "stopped" || record->state == "clearing") {
+      notice = resume_stopped(*sandbox, *record, progress);
     } else if (died) {
       std::string reason = client->death_reason();
       notice = "this conversation's sandbox had stopped (" + (reason.empty() ? "unknown reason" : reason) +

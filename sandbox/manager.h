@@ -235,6 +235,11 @@ class Manager {
   void record_lost_processes(Sandbox& sandbox);
   bool teardown(const std::shared_ptr<Sandbox>& sandbox);
   void idle_main();
+  std::optional<std::string> idle_step(const std::shared_ptr<Sandbox>& sandbox,
+                                       std::chrono::steady_clock::time_point last_used);
+  void open_catalog();
+  std::string resume_stopped(Sandbox& sandbox, const persistence::SandboxRecord& record, const ProgressFn& progress);
+  SandboxError state_error(const std::exception& e, const std::string& code, const std::string& what) const;
   std::optional<std::pair<unsigned, unsigned>> owner() const;
 
   ManagerOptions options_;
@@ -250,6 +255,8 @@ class Manager {
   std::mutex idle_mutex_;
   std::condition_variable idle_wake_;
   bool stopping_ = false;  // guarded by idle_mutex_
+  // Sandboxes whose idle teardown failed (a full disk): not retried before then.
+  std::map<std::string, std::chrono::steady_clock::time_point> idle_backoff_;  // guarded by idle_mutex_
   std::thread idle_thread_;
   std::mutex spare_mutex_;
   std::condition_variable spare_wake_;

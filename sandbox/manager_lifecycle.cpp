@@ -5,9 +5,12 @@
 // and the catalog says "stopped"; only then are they removed.
 #include "sandbox/manager.h"
 
+#include "persistence/recovery.h"
+
 #include <spdlog/spdlog.h>
 
 #include <future>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 namespace agentbox::sandbox {
@@ -33,6 +36,39 @@ persistence::ArchiveProgressFn progress_adapter(const ProgressFn& progress, cons
 
 }  // namespace
 
+// A failure to write the state directory: NO_SPACE naming the filesystem and
+// what to free when the disk is full (docs/design.md section 8), else `code`.
+SandboxError Manager::state_error(const std::exception& e, const std::string& code, const std::string& what) const {
+  if (auto s = dynamic_cast<const SandboxError*>(&e)) return *s;
+  if (!persistence::disk_full(e)) return SandboxError(code, what + ": " + e.what());
+  struct statvfs fs{};
+  std::string free_space =
+      statvfs(layout_.root.c_str(), &fs) == 0 ? std::to_string(fs.f_bavail * fs.f_frsize >> 10) + " KiB free" : "";
+  return SandboxError(codes::kNoSpace,
+                      what + ": the filesystem of the state directory " + layout_.root.string() + " is full (" +
+                          free_space + "; " + e.what() + "). Nothing was changed. Free space there: delete files "
+                          "in /workspace (file_delete or exec rm), old snapshots (`agentbox snapshot prune --state-dir " +
+                          layout_.root.string() + "`) or other files on that filesystem, then call again");
+}
+
+// Opens the catalog, setting a damaged one aside first, and repairs what a
+// crash left (docs/persistence.md, "Crash safety and recovery").
+void Manager::open_catalog() {
+  std::string damaged;
+  try {
+    damaged = persistence::set_aside_damaged_catalog(layout_);
+    catalog_ = std::make_unique<persistence::Catalog>(layout_.catalog());
+  } catch (const std::exception& e) {
+    throw SandboxError(codes::kSandboxStartFailed, e.what());
+  }
+  if (!damaged.empty()) spdlog::error("recovery: {}", damaged);
+  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_);
+  auto report = persistence::recover(layout_, *catalog_, !damaged.empty());
+  for (const auto& line : report.failed) spdlog::error("recovery: could not repair {} (retried at the next start)", line);
+  for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
+  for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
+}
+
 std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool claim_spare) {
   std::lock_guard lock(mutex_);
   if (auto it = sandboxes_.find(conversation); it != sandboxes_.end()) return it->second;
@@ -48,9 +84,11 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool cl
       return claimed ? claimed->id : persistence::random_hex(12);
     });
   } catch (const persistence::CatalogError& e) {
-    throw SandboxError(codes::kSandboxStartFailed, e.what());
+    throw state_error(e, codes::kSandboxStartFailed, "cannot record this conversation's sandbox");
   }
   if (claimed && claimed->id != record.id) claimed.reset();  // another server created the row first
+  // For a catalog rebuilt from disk (docs/persistence.md, "Crash safety").
+  persistence::record_conversation(layout_, record.id, conversation);
   auto sandbox = std::make_shared<Sandbox>();
   sandbox->conversation_ = conversation;
   sandbox->id_ = record.id;
@@ -69,7 +107,13 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool cl
 
 void Manager::take_lock(Sandbox& sandbox) {
   if (sandbox.lock_.held()) {
-    if (!sandbox.owner_recorded_) catalog_->set_owner(sandbox.id(), getpid());  // a claimed spare's lock
+    if (!sandbox.owner_recorded_) {
+      try {
+        catalog_->set_owner(sandbox.id(), getpid());  // a claimed spare's lock
+      } catch (const std::exception& e) {
+        spdlog::warn("sandbox {}: {}", sandbox.id(), e.what());
+      }
+    }
     sandbox.owner_recorded_ = true;
     return;
   }
@@ -83,7 +127,11 @@ void Manager::take_lock(Sandbox& sandbox) {
                            std::to_string(options_.lock_wait.count() / 1000) +
                            " s. Try again when it goes idle, or use another conversation id");
   }
-  catalog_->set_owner(sandbox.id(), getpid());
+  try {
+    catalog_->set_owner(sandbox.id(), getpid());  // informational: a full disk must not refuse the call
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: {}", sandbox.id(), e.what());
+  }
   sandbox.owner_recorded_ = true;
 }
 
@@ -149,7 +197,19 @@ void Manager::bring_back(Sandbox& sandbox, const persistence::SandboxRecord& rec
   } catch (const std::exception& e) {
     spdlog::warn("sandbox {}: could not bring its sessions back: {}", sandbox.id(), e.what());
   }
-  catalog_->set_state(sandbox.id(), "active");
+  if (record.state != "active") {
+    try {
+      catalog_->set_state(sandbox.id(), "active");
+    } catch (const std::exception& e) {
+      // After a restore the catalog still says "restoring": a crash would
+      // discard what the box writes now. Refuse to run on it (section 8).
+      if (record.state == "stopped" || record.state == "restoring") {
+        stop(sandbox);
+        throw state_error(e, codes::kSandboxStartFailed, "cannot record the restored workspace as live");
+      }
+      spdlog::warn("sandbox {}: {}", sandbox.id(), e.what());  // the live directories are the truth either way
+    }
+  }
   std::lock_guard lock(sandbox.mutex_);
   sandbox.torn_down_ = false;
   sandbox.sessions_saved_ = Clock::now();
@@ -162,15 +222,23 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_ = "restoring";
   }
-  catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
   persistence::ExtractResult result;
   try {
+    catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
     result = store_->restore(snapshot, owner(), progress_adapter(progress, "restoring " + snapshot.id));
   } catch (const std::exception& e) {
-    catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
+    try {
+      catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
+    } catch (const std::exception& again) {
+      spdlog::error("sandbox {}: after a failed restore: {}", sandbox.id(), again.what());
+    }
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_.clear();
-    throw SandboxError(codes::kSnapshotCorrupt, std::string(e.what()) + "; nothing was changed");
+    if (persistence::disk_full(e)) throw state_error(e, codes::kNoSpace, "could not restore snapshot " + snapshot.id);
+    throw SandboxError(codes::kSnapshotCorrupt,
+                       "snapshot " + snapshot.id + " cannot be restored: " + e.what() +
+                           "; nothing was changed. Restore an older one (snapshot_list, sandbox_restore) or "
+                           "sandbox_destroy for a fresh workspace");
   }
   {
     std::lock_guard lock(sandbox.mutex_);
@@ -198,7 +266,29 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
     sandbox->phase_ = "snapshotting";
   }
   auto start = Clock::now();
-  catalog_->set_state(sandbox->id(), "snapshotting");
+  auto give_up = [&](const char* what, const std::exception& e) {
+    // The live directories stay the truth; the next call starts on them.
+    auto retry = std::max<std::chrono::milliseconds>(options_.idle_timeout, std::chrono::seconds(30));
+    spdlog::error("sandbox {}: idle {} failed, keeping its directories (next try in {} s): {}", sandbox->id(), what,
+                  retry.count() / 1000, state_error(e, codes::kSnapshotFailed, "idle teardown").what());
+    {
+      std::lock_guard lock(idle_mutex_);
+      idle_backoff_[sandbox->id()] = Clock::now() + retry;  // a full disk stays full for a while
+    }
+    try {
+      catalog_->set_state(sandbox->id(), "active");
+    } catch (const std::exception&) {
+      // "snapshotting" means the same to recovery and to the next call.
+    }
+    std::lock_guard lock(sandbox->mutex_);
+    sandbox->phase_.clear();
+    return false;
+  };
+  try {
+    catalog_->set_state(sandbox->id(), "snapshotting");
+  } catch (const std::exception& e) {
+    return give_up("teardown", e);  // nothing stopped yet: the sandbox keeps running
+  }
   save_sessions(*sandbox, std::chrono::seconds(2));
   record_lost_processes(*sandbox);
   // Processes first: nothing writes to the workspace while it is archived.
@@ -206,19 +296,18 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
   persistence::SnapshotRecord snapshot;
   try {
     snapshot = store_->take(sandbox->id(), "", "idle");
+    catalog_->set_state(sandbox->id(), "stopped");
   } catch (const std::exception& e) {
-    // The live directories stay the truth; the next call starts on them.
-    spdlog::error("sandbox {}: idle snapshot failed, keeping its directories: {}", sandbox->id(), e.what());
-    catalog_->set_state(sandbox->id(), "active");
-    std::lock_guard lock(sandbox->mutex_);
-    sandbox->phase_.clear();
-    return false;
+    return give_up("snapshot", e);
   }
-  catalog_->set_state(sandbox->id(), "stopped");
   for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
     persistence::discard_dir(layout_, dir);
-  for (const auto& gone : store_->prune(sandbox->id(), options_.keep_snapshots))
-    spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
+  try {
+    for (const auto& gone : store_->prune(sandbox->id(), options_.keep_snapshots))
+      spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: retention: {}", sandbox->id(), e.what());
+  }
   {
     std::lock_guard lock(sandbox->mutex_);
     sandbox->phase_.clear();
@@ -254,24 +343,60 @@ void Manager::idle_main() {
         last_used = sandbox->last_used_;
         saved = sandbox->sessions_saved_;
       }
+      {
+        std::lock_guard lock(idle_mutex_);
+        auto it = idle_backoff_.find(sandbox->id());
+        if (it != idle_backoff_.end() && Clock::now() < it->second) continue;
+      }
       // Sessions change only through calls: save them once after each burst,
       // so a crash loses as little as possible.
       if (last_used > saved) save_sessions(*sandbox, std::chrono::seconds(2));
-      auto idle = Clock::now() - last_used;
-      if (options_.idle_timeout.count() <= 0 || idle < options_.idle_timeout) continue;
-      if (idle < options_.background_keepalive) {
-        bool busy = false;
-        try {
-          json list = sandbox->client()->call("process.list", json::object(), std::chrono::seconds(2));
-          for (const auto& p : list.value("processes", json::array())) busy |= p.value("status", "") == "running";
-        } catch (const std::exception&) {
-          continue;
-        }
-        if (busy) continue;
-      }
-      teardown(sandbox);
+      if (auto error = idle_step(sandbox, last_used)) spdlog::error("idle thread: sandbox {}: {}", sandbox->id(), *error);
     }
   }
+}
+
+// One sandbox's idle check; nothing it throws may end the idle thread (an
+// uncaught error there ended the server, docs/design.md section 8).
+std::optional<std::string> Manager::idle_step(const std::shared_ptr<Sandbox>& sandbox, Clock::time_point last_used) {
+  try {
+    auto idle = Clock::now() - last_used;
+    if (options_.idle_timeout.count() <= 0 || idle < options_.idle_timeout) return std::nullopt;
+    if (idle < options_.background_keepalive) {
+      bool busy = false;
+      try {
+        json list = sandbox->client()->call("process.list", json::object(), std::chrono::seconds(2));
+        for (const auto& p : list.value("processes", json::array())) busy |= p.value("status", "") == "running";
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+      if (busy) return std::nullopt;
+    }
+    teardown(sandbox);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+// The start of a sandbox the catalog holds as stopped (restore its snapshot)
+// or whose destroy another server left half done ("clearing": finish it).
+std::string Manager::resume_stopped(Sandbox& sandbox, const persistence::SandboxRecord& record,
+                                    const ProgressFn& progress) {
+  if (record.state == "clearing") {
+    store_->finish_destroy(sandbox.id());
+    return "";
+  }
+  auto snapshot = record.restore_snapshot.empty() ? catalog_->latest_snapshot(sandbox.id())
+                                                  : catalog_->find_snapshot(record.restore_snapshot);
+  // Never an empty box in place of a lost workspace (docs/design.md section 4).
+  if (!snapshot)
+    throw SandboxError(codes::kSnapshotCorrupt,
+                       "this conversation's workspace was stored in snapshot " +
+                           (record.restore_snapshot.empty() ? std::string("(none recorded)") : record.restore_snapshot) +
+                           ", which the catalog no longer has; nothing was changed. sandbox_destroy gives a fresh "
+                           "workspace; `agentbox doctor` lists what recovery kept aside");
+  return restore_locked(sandbox, *snapshot, progress, "stopped");
 }
 
 SnapshotInfo Manager::snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) {
@@ -284,10 +409,14 @@ SnapshotInfo Manager::snapshot(const std::string& conversation, const std::strin
   try {
     info.record = store_->take(sandbox.id(), label, "manual", progress_adapter(progress, "snapshot"));
   } catch (const std::exception& e) {
-    throw SandboxError(codes::kSnapshotFailed, std::string("could not snapshot the workspace: ") + e.what());
+    throw state_error(e, codes::kSnapshotFailed, "could not snapshot the workspace");
   }
   info.duration = std::chrono::milliseconds(ms_since(start));
-  store_->prune(sandbox.id(), options_.keep_snapshots);
+  try {
+    store_->prune(sandbox.id(), options_.keep_snapshots);
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: retention: {}", sandbox.id(), e.what());
+  }
   return info;
 }
 
@@ -331,18 +460,21 @@ bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
   std::lock_guard life(sandbox->lifecycle_);
   take_lock(*sandbox);
   stop(*sandbox);
-  persistence::discard_dir(layout_, sandbox->dirs().root);
-  if (keep_snapshots) {
-    // The conversation keeps its sandbox id (and so its snapshots); the next
-    // call starts empty, as after any destroy.
-    catalog_->save_sessions(sandbox->id(), {});
-    catalog_->set_lost_processes(sandbox->id(), "[]");
-    catalog_->set_state(sandbox->id(), "none");
-  } else {
-    for (const auto& s : catalog_->snapshots(sandbox->id(), true)) store_->remove(s);
-    std::error_code ec;
-    fs::remove_all(layout_.snapshots(sandbox->id()), ec);
-    catalog_->remove_sandbox(sandbox->id());
+  // Crash-ordered (docs/persistence.md, "Destroy"): the catalog records it
+  // first, so a crash leaves the old sandbox or one recovery finishes.
+  // keep_snapshots keeps the sandbox id (and so its snapshots) for the
+  // conversation; the next call starts empty, as after any destroy.
+  try {
+    store_->destroy(sandbox->id(), keep_snapshots);
+  } catch (const std::exception& e) {
+    // Re-read from the catalog on the next call: the old sandbox if the
+    // destroy was not recorded, else a fresh one (recovery finishes it).
+    {
+      std::lock_guard lock(mutex_);
+      sandboxes_.erase(conversation);
+    }
+    release_lock(*sandbox);
+    throw state_error(e, codes::kIoError, "could not destroy the sandbox");
   }
   {
     std::lock_guard lock(mutex_);

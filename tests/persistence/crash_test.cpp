@@ -206,3 +206,111 @@ TEST_CASE("recovery leaves no unfinished restore even when it cannot be deleted 
     if (ec) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
+
+namespace {
+
+// A sandbox with live directories and three snapshots, then a file written
+// after the last snapshot (acknowledged, so only the live copy has it).
+StateLayout destroy_setup(const fs::path& root) {
+  StateLayout layout{root};
+  fs::remove_all(root);
+  fs::path ws = layout.sandbox(kSandbox) / "workspace";
+  fs::create_directories(ws / "acked");
+  fs::create_directories(layout.sandbox(kSandbox) / "home");
+  for (int i = 0; i < 50; ++i) write_file(ws / ("f" + std::to_string(i)), std::string(100 + i, 'x'));
+  Catalog catalog(layout.catalog());
+  catalog.sandbox_for("doomed", [] { return kSandbox; });
+  catalog.set_state(kSandbox, "active");
+  SnapshotStore store(layout, catalog);
+  for (int i = 0; i < 3; ++i) store.take(kSandbox, i == 0 ? "labelled" : "", "manual");
+  write_file(ws / "acked" / "after-snapshot", "acknowledged after the last snapshot");
+  return layout;
+}
+
+[[noreturn]] void destroy_cycle(const StateLayout& layout, bool keep_snapshots) {
+  Catalog catalog(layout.catalog());
+  SnapshotStore(layout, catalog).destroy(kSandbox, keep_snapshots);
+  _exit(0);
+}
+
+// After recovery: either nothing was destroyed (the conversation still has
+// its sandbox, live, with the file written after the last snapshot and all
+// three snapshots), or all of it was (no row, no mapping, no directories,
+// no archives; with keep_snapshots: the mapping, state "none", no live
+// directories, the three snapshots intact). Returns which.
+bool destroyed_or_intact(const StateLayout& layout, Catalog& catalog, bool keep_snapshots) {
+  auto sb = catalog.find_by_conversation("doomed");
+  std::error_code ec;
+  if (keep_snapshots && sb && sb->state != "active") {
+    CHECK(sb->state == "none");
+    CHECK_FALSE(fs::exists(layout.sandbox(kSandbox) / "workspace", ec));
+    CHECK(catalog.snapshots(kSandbox).size() == 3);
+    CHECK(catalog.sessions(kSandbox).empty());
+    for (const auto& snap : catalog.snapshots(kSandbox, true)) {
+      CHECK(snap.complete);
+      REQUIRE(fs::exists(layout.root / snap.path));
+      CHECK(file_digest(layout.root / snap.path) == snap.digest);
+    }
+    return true;
+  }
+  if (!sb) {
+    CHECK_FALSE(keep_snapshots);
+    CHECK_FALSE(catalog.find_sandbox(kSandbox));
+    CHECK(catalog.snapshots(kSandbox, true).empty());
+    CHECK_FALSE(fs::exists(layout.sandbox(kSandbox), ec));
+    for (const auto& e : fs::recursive_directory_iterator(layout.root / "snapshots", ec))
+      CHECK(e.path().string().find(".tar.zst") == std::string::npos);
+    return true;
+  }
+  INFO("the conversation still has its sandbox, state " << sb->state);
+  CHECK(sb->state == "active");
+  CHECK(fs::exists(layout.sandbox(kSandbox) / "workspace" / "acked" / "after-snapshot"));
+  CHECK(fs::exists(layout.sandbox(kSandbox) / "workspace" / "f49"));
+  CHECK(catalog.snapshots(kSandbox).size() == 3);
+  check_consistent(layout, catalog);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL at many points during destroy leaves the old sandbox or none, never a mix") {
+  bool keep = GENERATE(false, true);
+  INFO("keep_snapshots " << keep);
+  fs::path root = fs::temp_directory_path() / ("agentbox-crash-destroy-" + std::to_string(getpid()));
+  auto start = Clock::now();
+  StateLayout layout = destroy_setup(root);
+  auto setup_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+  start = Clock::now();
+  pid_t pid = fork();
+  if (pid == 0) destroy_cycle(layout, keep);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  auto cycle_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+  INFO("setup " << setup_us << " us, one destroy " << cycle_us << " us");
+  {
+    Catalog catalog(layout.catalog());
+    recover(layout, catalog);
+    REQUIRE(destroyed_or_intact(layout, catalog, keep));
+  }
+  constexpr int kPoints = 40;
+  int old_state = 0, new_state = 0;
+  for (int point = 0; point < kPoints; ++point) {
+    layout = destroy_setup(root);
+    pid = fork();
+    if (pid == 0) destroy_cycle(layout, keep);
+    std::this_thread::sleep_for(std::chrono::microseconds(cycle_us * point / kPoints));
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    Catalog catalog(layout.catalog());
+    auto report = recover(layout, catalog);
+    INFO("kill point " << point << " of " << kPoints);
+    for (const auto& line : report.actions) UNSCOPED_INFO("recovery: " << line);
+    (destroyed_or_intact(layout, catalog, keep) ? new_state : old_state)++;
+  }
+  // Both outcomes must have been seen, or the points missed the destroy.
+  INFO("old " << old_state << ", new " << new_state);
+  CHECK(old_state > 0);
+  CHECK(new_state > 0);
+  fs::remove_all(root);
+}
