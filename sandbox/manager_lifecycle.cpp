@@ -165,7 +165,7 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
   catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
   persistence::ExtractResult result;
   try {
-    result = store_->restore(snapshot, owner(), progress_adapter(progress, "restoring " + snapshot.id));
+    result = store_->restore(snapshot, owner(sandbox), progress_adapter(progress, "restoring " + snapshot.id));
   } catch (const std::exception& e) {
     catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
     std::lock_guard lock(sandbox.mutex_);
