@@ -379,6 +379,12 @@ HostIds Catalog::host_ids(const std::string& sandbox, const IdRange& range, bool
   });
 }
 
+void Catalog::keep_host_ids(const std::string& sandbox, unsigned uid, unsigned gid) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "INSERT OR IGNORE INTO host_ids (sandbox_id, uid, gid, legacy) VALUES (?, ?, ?, 1)")
+      .bind(1, sandbox).bind(2, std::int64_t{uid}).bind(3, std::int64_t{gid}).run();
+}
+
 void Catalog::release_host_ids(const std::string& sandbox) {
   std::lock_guard lock(mutex_);
   Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ? AND sandbox_id NOT IN (SELECT id FROM sandboxes)")

@@ -117,6 +117,9 @@ class Catalog {
   // CatalogError when the range is full.
   HostIds host_ids(const std::string& sandbox, const IdRange& range, bool replace_legacy);
   std::optional<HostIds> find_host_ids(const std::string& sandbox);
+  // Records ids not from the range (legacy) when the sandbox has none: what
+  // `agentbox snapshot restore` unpacked as, kept while those files exist.
+  void keep_host_ids(const std::string& sandbox, unsigned uid, unsigned gid);
   // For a sandbox id that never got a row (a spare whose directories are gone).
   void release_host_ids(const std::string& sandbox);
 

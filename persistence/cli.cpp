@@ -148,17 +148,23 @@ int snapshot_show(State& st, const Args& args) {
 // as the catalog records them (docs/design.md section 8, "One host uid per
 // sandbox"; files left root's would be read-only to the sandbox), else
 // learned from the directories a server made, else 65534 (what sandboxes
-// ran as before). Otherwise the caller, as for the server.
+// ran as before), then recorded as legacy ids so that the server keeps them
+// while these files exist. Otherwise the caller, as for the server.
 std::optional<std::pair<unsigned, unsigned>> sandbox_owner(Catalog& catalog, const StateLayout& layout,
                                                            const std::string& sandbox) {
   if (geteuid() != 0) return std::nullopt;
   if (auto ids = catalog.find_host_ids(sandbox)) return std::make_pair(ids->uid, ids->gid);
   fs::path dir = layout.sandbox(sandbox);
+  std::pair<unsigned, unsigned> owner{kLegacySandboxId, kLegacySandboxId};
   for (const auto& path : {dir / "workspace", dir / "home", dir}) {
     struct stat s {};
-    if (stat(path.c_str(), &s) == 0 && s.st_uid != 0) return std::make_pair(s.st_uid, s.st_gid);
+    if (stat(path.c_str(), &s) == 0 && s.st_uid != 0) {
+      owner = {s.st_uid, s.st_gid};
+      break;
+    }
   }
-  return std::make_pair(65534u, 65534u);
+  catalog.keep_host_ids(sandbox, owner.first, owner.second);
+  return owner;
 }
 
 int snapshot_restore(State& st, const Args& args) {
@@ -264,6 +270,9 @@ int sandbox_destroy(State& st, const Args& args) {
   bool keep = args.options.count("keep-snapshots") > 0;
   std::error_code ec;
   fs::remove_all(st.layout.sandbox(sb->id), ec);
+  // Its host ids go with its row: not while files they own are left.
+  if (ec) throw std::runtime_error("cannot delete " + st.layout.sandbox(sb->id).string() + ": " + ec.message() +
+                                   "; the catalog is unchanged");
   if (keep) {
     // As the server's destroy: the next sandbox starts empty, with neither the
     // old sessions nor the processes the last teardown ended.

@@ -403,7 +403,8 @@ PreparedSandbox::~PreparedSandbox() {
   cgroup.reset();
   std::error_code ec;
   if (!dirs.root.empty()) fs::remove_all(dirs.root, ec);
-  if (release_owner && !dirs.root.empty() && !fs::exists(dirs.root, ec)) release_owner();
+  if (release_owner && !dirs.root.empty() && fs::symlink_status(dirs.root, ec).type() == fs::file_type::not_found)
+    release_owner();
   // lock is released last (member destructor): recovery by another server
   // removes directories only of sandboxes whose lock it can take.
 }

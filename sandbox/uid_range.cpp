@@ -1,5 +1,6 @@
 #include "sandbox/uid_range.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -115,10 +116,9 @@ ChosenRange default_uid_range(const HostIdFiles& files) {
 std::vector<std::string> uid_range_problems(const IdRange& r, const HostIdFiles& files) {
   std::vector<std::string> problems;
   if (r.count == 0) return {"it is empty"};
-  for (std::uint64_t start : {std::uint64_t{r.uid_start}, std::uint64_t{r.gid_start}}) {
-    if (start < 65536) problems.push_back("it starts below 65536, among the host's own users and nobody (65534)");
-    if (start + r.count - 1 > kLastId) problems.push_back("it reaches past 4294967293");
-  }
+  std::uint64_t low = std::min(r.uid_start, r.gid_start), high = std::max(r.uid_start, r.gid_start);
+  if (low < 65536) problems.push_back("it starts below 65536, among the host's own users and nobody (65534)");
+  if (high + r.count - 1 > kLastId) problems.push_back("it reaches past 4294967293");
   ids_inside(files.passwd, "host user", r.uid_start, r.count, problems);
   ids_inside(files.group, "host group", r.gid_start, r.count, problems);
   subordinate_overlaps(files.subuid, r.uid_start, r.count, problems);

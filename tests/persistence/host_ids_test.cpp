@@ -112,6 +112,19 @@ TEST_CASE("a sandbox keeps its host ids until its row is removed; only then are 
   fs::remove_all(dir);
 }
 
+TEST_CASE("ids recorded for a restore outside the server are legacy and never replace allocated ones") {
+  fs::path dir = temp_dir("keep");
+  Catalog c(dir / "c.db");
+  auto ids = c.host_ids("allocated", kRange, false);
+  c.keep_host_ids("allocated", 65534, 65534);
+  CHECK(c.find_host_ids("allocated")->uid == ids.uid);
+  c.keep_host_ids("unmanaged", 1001, 1001);
+  REQUIRE(c.find_host_ids("unmanaged"));
+  CHECK(c.find_host_ids("unmanaged")->legacy);
+  CHECK(c.host_ids("unmanaged", kRange, false).uid == 1001);  // its files exist
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a full id range is a clear error") {
   fs::path dir = temp_dir("full");
   Catalog c(dir / "c.db");

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 // the default range) do not share these sandboxes' uids.
 ManagerOptions own_slice() {
   ManagerOptions o;
-  std::uint32_t start = kDefaultUidStart + 64 * (std::random_device{}() % 1000);
+  std::uint32_t start = kDefaultUidStart + 64 * (1 + std::random_device{}() % 1000);
   o.uid_range = agentbox::persistence::IdRange{start, start, 64};
   return o;
 }
