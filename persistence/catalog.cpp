@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <set>
 
 namespace agentbox::persistence {
 
@@ -48,6 +49,20 @@ constexpr const char* kMigrations[] = {
       ALTER TABLE sandboxes ADD COLUMN restore_snapshot TEXT NOT NULL DEFAULT '';
       ALTER TABLE sandboxes ADD COLUMN lost_processes TEXT NOT NULL DEFAULT '[]';
       CREATE INDEX snapshots_by_sandbox ON snapshots(sandbox_id, created_at);
+    )sql",
+    // 3: the host uid/gid of each sandbox (docs/design.md section 8, "One
+    // host uid per sandbox"). Not a column of sandboxes: a spare gets its ids
+    // before its row exists. Sandboxes from before ran as 65534 and keep it
+    // (legacy, not unique) while their files exist.
+    R"sql(
+      CREATE TABLE host_ids (
+        sandbox_id TEXT PRIMARY KEY,
+        uid INTEGER NOT NULL,
+        gid INTEGER NOT NULL,
+        legacy INTEGER NOT NULL DEFAULT 0);
+      CREATE UNIQUE INDEX host_ids_uid ON host_ids(uid) WHERE legacy = 0;
+      CREATE UNIQUE INDEX host_ids_gid ON host_ids(gid) WHERE legacy = 0;
+      INSERT INTO host_ids (sandbox_id, uid, gid, legacy) SELECT id, 65534, 65534, 1 FROM sandboxes;
     )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
@@ -269,6 +284,7 @@ void Catalog::remove_sandbox(const std::string& sandbox) {
     Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ?").bind(1, sandbox).run();
   });
 }
 
@@ -286,6 +302,10 @@ void Catalog::drop_destroyed(const std::string& sandbox) {
   transaction([&] {
     Statement(db_, "DELETE FROM snapshots WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ? AND state = 'destroying'").bind(1, sandbox).run();
+    // Its host ids go with its row, once its files are gone (uids are never
+    // reused while files they own exist: docs/design.md section 8).
+    Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ? AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)")
+        .bind(1, sandbox).bind(2, sandbox).run();
   });
 }
 
@@ -418,6 +438,49 @@ std::optional<SnapshotRecord> Catalog::latest_snapshot(const std::string& sandbo
 void Catalog::remove_snapshot(const std::string& id) {
   std::lock_guard lock(mutex_);
   Statement(db_, "DELETE FROM snapshots WHERE id = ?").bind(1, id).run();
+}
+
+std::optional<HostIds> Catalog::find_host_ids(const std::string& sandbox) {
+  std::lock_guard lock(mutex_);
+  Statement st(db_, "SELECT uid, gid, legacy FROM host_ids WHERE sandbox_id = ?");
+  st.bind(1, sandbox);
+  if (!st.step()) return std::nullopt;
+  return HostIds{static_cast<unsigned>(st.integer(0)), static_cast<unsigned>(st.integer(1)), st.integer(2) != 0};
+}
+
+HostIds Catalog::host_ids(const std::string& sandbox, const IdRange& range, bool replace_legacy) {
+  return transaction([&] {
+    auto held = find_host_ids(sandbox);
+    if (held && !(held->legacy && replace_legacy)) return *held;
+    // The lowest offset into the range whose uid and gid no sandbox holds.
+    std::set<std::int64_t> taken;
+    Statement st(db_, "SELECT uid - ?, gid - ? FROM host_ids WHERE legacy = 0");
+    st.bind(1, std::int64_t{range.uid_start}).bind(2, std::int64_t{range.gid_start});
+    while (st.step()) taken.insert({st.integer(0), st.integer(1)});
+    std::int64_t free = 0;
+    while (taken.count(free)) ++free;
+    if (free >= range.count)
+      throw CatalogError("no free host uid for a new sandbox: all " + std::to_string(range.count) + " of uids " +
+                         std::to_string(range.uid_start) + ".. are held by sandboxes of this state directory; "
+                         "destroy some (agentbox sandbox destroy) or give serve a larger --uid-range");
+    auto offset = static_cast<std::uint32_t>(free);
+    HostIds ids{range.uid_start + offset, range.gid_start + offset, false};
+    Statement(db_, "INSERT OR REPLACE INTO host_ids (sandbox_id, uid, gid, legacy) VALUES (?, ?, ?, 0)")
+        .bind(1, sandbox).bind(2, std::int64_t{ids.uid}).bind(3, std::int64_t{ids.gid}).run();
+    return ids;
+  });
+}
+
+void Catalog::keep_host_ids(const std::string& sandbox, unsigned uid, unsigned gid) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "INSERT OR IGNORE INTO host_ids (sandbox_id, uid, gid, legacy) VALUES (?, ?, ?, 1)")
+      .bind(1, sandbox).bind(2, std::int64_t{uid}).bind(3, std::int64_t{gid}).run();
+}
+
+void Catalog::release_host_ids(const std::string& sandbox) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ? AND sandbox_id NOT IN (SELECT id FROM sandboxes)")
+      .bind(1, sandbox).run();
 }
 
 }  // namespace agentbox::persistence

@@ -70,13 +70,30 @@ struct SnapshotRecord {
   bool removing = false;     // being deleted (complete = 2): its file may be gone already
 };
 
+// The host uid and gid a root server runs a sandbox as (docs/design.md
+// section 8, "One host uid per sandbox"). legacy: 65534, which every sandbox
+// of a catalog from before schema version 3 ran as; kept while its files exist.
+struct HostIds {
+  unsigned uid = 0;
+  unsigned gid = 0;
+  bool legacy = false;
+};
+inline constexpr unsigned kLegacySandboxId = 65534;
+
+// Host ids reserved for sandboxes: uids uid_start.., gids gid_start.., count of each.
+struct IdRange {
+  std::uint32_t uid_start = 0;
+  std::uint32_t gid_start = 0;
+  std::uint32_t count = 0;
+};
+
 // ISO 8601 UTC with milliseconds, as every row stores times.
 std::string iso_now();
 std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -95,8 +112,9 @@ class Catalog {
   void set_state(const std::string& sandbox, const std::string& state, const std::string& restore_snapshot = "");
   void set_owner(const std::string& sandbox, std::int64_t pid);
   void set_lost_processes(const std::string& sandbox, const std::string& json_array);
-  // Deletes the sandbox, its conversation mapping and sessions (snapshot rows
-  // are removed by the caller, who also deletes their files).
+  // Deletes the sandbox, its conversation mapping, sessions and host ids
+  // (snapshot rows are removed by the caller, who also deletes their files;
+  // call it once its directories are gone).
   void remove_sandbox(const std::string& sandbox);
   // Step one of a destroy (docs/persistence.md, "Destroy"), one transaction:
   // sessions and lost processes cleared, state "destroying" (the conversation
@@ -113,6 +131,20 @@ class Catalog {
   // exist): zero length, not SQLite, failing PRAGMA quick_check, or not
   // agentbox's schema. A newer schema is not damage (the constructor refuses it).
   static std::string damage(const std::filesystem::path& file);
+
+  // The sandbox's host ids. When it has none (or legacy ones and
+  // replace_legacy: its files are gone), the lowest pair of the range no
+  // sandbox id holds, recorded in one IMMEDIATE transaction so that two
+  // servers never pick the same. The sandbox id need not have a row yet (a
+  // spare). Released by remove_sandbox or release_host_ids only. Throws
+  // CatalogError when the range is full.
+  HostIds host_ids(const std::string& sandbox, const IdRange& range, bool replace_legacy);
+  std::optional<HostIds> find_host_ids(const std::string& sandbox);
+  // Records ids not from the range (legacy) when the sandbox has none: what
+  // `agentbox snapshot restore` unpacked as, kept while those files exist.
+  void keep_host_ids(const std::string& sandbox, unsigned uid, unsigned gid);
+  // For a sandbox id that never got a row (a spare whose directories are gone).
+  void release_host_ids(const std::string& sandbox);
 
   void save_sessions(const std::string& sandbox, const std::vector<SessionRecord>& sessions);
   std::vector<SessionRecord> sessions(const std::string& sandbox);

@@ -145,21 +145,29 @@ int snapshot_show(State& st, const Args& args) {
   return ok ? 0 : 1;
 }
 
-// Who the restored files must belong to: as root, the sandbox's uid (the
-// server chowns the sandbox's directories to it and restores as it; files
-// left root's would be read-only to the sandbox), learned from the
-// directories the server made, else its default (65534). Otherwise the
-// caller, as for the server.
-std::optional<std::pair<unsigned, unsigned>> sandbox_owner(const StateLayout& layout, const std::string& sandbox) {
+// Who the restored files must belong to: as root, the sandbox's host ids
+// as the catalog records them (docs/design.md section 8, "One host uid per
+// sandbox"; files left root's would be read-only to the sandbox), else
+// learned from the directories a server made, else 65534 (what sandboxes
+// ran as before), then recorded as legacy ids so that the server keeps them
+// while these files exist. Otherwise the caller, as for the server.
+std::optional<std::pair<unsigned, unsigned>> sandbox_owner(Catalog& catalog, const StateLayout& layout,
+                                                           const std::string& sandbox) {
   if (geteuid() != 0) return std::nullopt;
+  if (auto ids = catalog.find_host_ids(sandbox)) return std::make_pair(ids->uid, ids->gid);
   fs::path dir = layout.sandbox(sandbox);
+  std::pair<unsigned, unsigned> owner{kLegacySandboxId, kLegacySandboxId};
   for (const auto& path : {dir / "workspace", dir / "home", dir}) {
     struct stat s {};
     // lstat: a symlink planted there must not lend the restore its target's
     // owner (the extracting child would run as that uid; docs/design.md 2).
-    if (lstat(path.c_str(), &s) == 0 && S_ISDIR(s.st_mode) && s.st_uid != 0) return std::make_pair(s.st_uid, s.st_gid);
+    if (lstat(path.c_str(), &s) == 0 && S_ISDIR(s.st_mode) && s.st_uid != 0) {
+      owner = {s.st_uid, s.st_gid};
+      break;
+    }
   }
-  return std::make_pair(65534u, 65534u);
+  catalog.keep_host_ids(sandbox, owner.first, owner.second);
+  return owner;
 }
 
 int snapshot_restore(State& st, const Args& args) {
@@ -181,7 +189,7 @@ int snapshot_restore(State& st, const Args& args) {
   st.catalog->set_state(s.sandbox, "restoring", s.id);
   SnapshotStore store(st.layout, *st.catalog);
   try {
-    store.restore(s, sandbox_owner(st.layout, s.sandbox), progress_bar("restoring"));
+    store.restore(s, sandbox_owner(*st.catalog, st.layout, s.sandbox), progress_bar("restoring"));
   } catch (...) {
     // A failed restore touches nothing live, so the sandbox is as it was.
     // Not "stopped": that would make the next server's recovery delete live

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct SandboxDirs {
   std::filesystem::path home() const { return root / "home"; }
   std::filesystem::path tmp() const { return root / "tmp"; }
   std::filesystem::path etc() const { return root / "etc"; }  // generated passwd, group, hostname
+  // A root server's: the host uid/gid of this sandbox alone, which owns
+  // workspace, home and tmp and runs bwrap (docs/design.md section 8, "One
+  // host uid per sandbox"). Inside it is still inner_uid.
+  std::optional<std::pair<unsigned, unsigned>> owner;
 };
 
 struct BwrapOptions {

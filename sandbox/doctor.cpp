@@ -6,6 +6,7 @@
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/seccomp.h"
+#include "sandbox/uid_range.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -80,7 +81,8 @@ DoctorCheck check_userns(const DoctorOptions& o) {
                        err);
   if (rc == 0)
     return {"user namespaces", Level::Ok,
-            geteuid() == 0 ? "an unprivileged user can create them (sandboxes run as uid 65534 on the host)"
+            geteuid() == 0 ? "an unprivileged user (uid 65534, probed) can create them; sandboxes run as uids of "
+                             "their own (see sandbox uids)"
                            : "this user can create them"};
   std::string hint;
   if (read_first_line("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
@@ -156,6 +158,7 @@ DoctorCheck check_sandbox(const DoctorOptions& o) {
     mo.bwrap = o.bwrap;
     mo.agent_args = o.agent_args;
     mo.limits.cpus = o.cpus;
+    if (!o.uid_range.empty()) mo.uid_range = parse_uid_range(o.uid_range);
     mo.spare = ManagerOptions::Spare::None;
     Manager manager(mo);
     try {
@@ -194,6 +197,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   checks.push_back(check_seccomp());
   checks.push_back(check_state_dir(o));
   checks.push_back(check_kept_aside(o));
+  checks.push_back(check_uid_range(o.uid_range.empty() ? std::nullopt : std::optional(parse_uid_range(o.uid_range))));
   bool blocked = false;
   for (const auto& c : checks) blocked |= c.level == Level::Fail;
   if (o.start_sandbox && !blocked) checks.push_back(check_sandbox(o));
@@ -209,11 +213,14 @@ int doctor_main(int argc, char** argv) {
     else if (arg == "--bwrap" && i + 1 < argc) o.bwrap = argv[++i];
     else if (arg == "--no-sandbox") o.start_sandbox = false;
     else if (arg == "--cpus" && i + 1 < argc) o.cpus = std::atof(argv[++i]);
+    else if (arg == "--uid-range" && i + 1 < argc) o.uid_range = argv[++i];
     else {
-      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--no-sandbox]\n";
+      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--uid-range START:COUNT] "
+                   "[--no-sandbox]\n";
       return 2;
     }
   }
+  if (!o.uid_range.empty()) parse_uid_range(o.uid_range);  // a bad one is a usage error (std::invalid_argument)
   bool ok = true;
   for (const auto& c : run_doctor(o)) {
     const char* tag = c.level == Level::Ok ? "ok  " : c.level == Level::Warn ? "warn" : "FAIL";

@@ -24,11 +24,12 @@ struct DoctorOptions {
   bool start_sandbox = true;
   std::vector<std::string> agent_args = {"agent"};  // how this binary runs the agent
   double cpus = default_cpu_quota();  // the CPU quota to report (serve --cpus)
+  std::string uid_range;  // serve's --uid-range START:COUNT; empty: its default
 };
 
 std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);
 
-// argv: [--state-dir DIR] [--bwrap PATH] [--cpus N] [--no-sandbox]
+// argv: [--state-dir DIR] [--bwrap PATH] [--cpus N] [--uid-range START:COUNT] [--no-sandbox]
 int doctor_main(int argc, char** argv);
 
 }  // namespace agentbox::sandbox

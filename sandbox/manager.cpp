@@ -3,6 +3,7 @@
 #include "persistence/recovery.h"
 #include "persistence/tree_fs.h"
 #include "sandbox/host_dirs.h"
+#include "sandbox/uid_range.h"
 
 #include <spdlog/spdlog.h>
 
@@ -105,11 +106,12 @@ AgentClient& Lease::agent() const {
 Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   root_ = geteuid() == 0;
   cgroups_ = detect_cgroups();
+  check_uid_range();
   spdlog::info("sandboxes: {}; network {}", cgroups_.detail, options_.network_host ? "host" : "none");
   if (root_ && !stages())
     spdlog::warn("this root server may not make mount namespaces (no CAP_SYS_ADMIN?): sandboxes bind their "
-                 "directories by path, so the state directory's parents must be traversable by uid {}",
-                 options_.sandbox_uid);
+                 "directories by path, so the state directory's parents must be traversable by {}",
+                 describe(uid_range_));
   create_state_dir(options_.state_dir);
   // Only the server walks these paths when it stages (staging.h); else the
   // sandbox user must traverse them (not list them) to bind its directory.
@@ -141,11 +143,6 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
 Manager::~Manager() {
   shutdown();
   close(agent_fd_);
-}
-
-std::optional<std::pair<unsigned, unsigned>> Manager::owner() const {
-  if (!root_) return std::nullopt;
-  return std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
 }
 
 std::size_t Manager::running() const {
@@ -219,7 +216,7 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
 void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   DirsSetup setup;  // by descriptor, following no symlink (host_dirs.h)
   setup.root_mode = root_ && !stages() ? 0711 : 0700;
-  if (root_) setup.owner = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+  setup.owner = d.owner;  // as root, the sandbox's own host ids (manager_uids.cpp)
   setup.etc_files = generated_etc_files(plan);
   prepare_sandbox_dirs(d, setup);
 }
@@ -245,7 +242,7 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   spec.env = sandbox_environment(plan);
   if (cgroup) spec.cgroup_procs = cgroup->procs_files();
   spec.name = id;
-  if (root_) spec.drop_to = std::make_pair(options_.sandbox_uid, options_.sandbox_gid);
+  spec.drop_to = plan.dirs.owner;  // none unless root
   if (stages()) spec.staging.emplace(plan.dirs.root, agent_binary_);  // the plan binds from kStagingDir
   else spec.agent_fd = agent_fd_;
   return spec;
@@ -341,6 +338,7 @@ void Manager::start_agent(Sandbox& sandbox_ref) {
     }
     spdlog::debug("sandbox {}: started from a {} spare", sandbox->id_, prepared->warm ? "warm" : "prepared");
   } else {
+    assign_owner(sandbox->id_, sandbox->dirs_);
     BwrapOptions plan = plan_for(sandbox->dirs_);
     prepare_dirs(sandbox->dirs_, plan);
     std::string why;
@@ -368,6 +366,9 @@ PreparedSandbox::~PreparedSandbox() {
   if (client) client->stop();
   cgroup.reset();
   if (!dirs.root.empty()) persistence::remove_tree(dirs.root);
+  std::error_code ec;
+  if (release_owner && !dirs.root.empty() && fs::symlink_status(dirs.root, ec).type() == fs::file_type::not_found)
+    release_owner();
   // lock is released last (member destructor): recovery by another server
   // removes directories only of sandboxes whose lock it can take.
 }
@@ -400,6 +401,7 @@ std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
   // its lock is held, and removes it after a crash.
   if (!persistence::SandboxLock::acquire(layout_.lock(p->id), std::chrono::milliseconds(0), p->lock))
     throw SandboxError(codes::kSandboxStartFailed, "the lock of a fresh sandbox id is taken");
+  assign_spare_owner(*p);  // its uid when it is prepared, given back if it is discarded
   BwrapOptions plan = plan_for(p->dirs);
   prepare_dirs(p->dirs, plan);
   std::string why;

@@ -44,9 +44,9 @@ struct ManagerOptions {
   // means agentbox-agent next to this binary, else this binary with "agent".
   std::filesystem::path agent_binary;
   std::vector<std::string> agent_args = {"agent"};
-  // Host uid/gid sandboxes run as when the server is root (unprivileged).
-  unsigned sandbox_uid = 65534;
-  unsigned sandbox_gid = 65534;
+  // Host ids a root server gives its sandboxes, one uid and gid each
+  // (sandbox/uid_range.h); none: the agentbox /etc/subuid entry or the default.
+  std::optional<persistence::IdRange> uid_range;
   std::chrono::milliseconds start_timeout{10'000};
   // Snapshot and stop a sandbox idle this long; zero never does.
   std::chrono::milliseconds idle_timeout{10 * 60 * 1000};
@@ -79,6 +79,7 @@ struct PreparedSandbox {
   std::unique_ptr<Cgroup> cgroup;
   std::shared_ptr<AgentClient> client;  // waiting at the gate, or (warm) running
   int gate = -1;                        // write end: a line releases the launcher, EOF ends it
+  std::function<void()> release_owner;  // gives its host ids back once its directories are gone
   bool warm = false;
   bool claimed = false;  // its directories belong to a conversation now
   PreparedSandbox() = default;
@@ -240,11 +241,17 @@ class Manager {
   void open_catalog();
   std::string resume_stopped(Sandbox& sandbox, const persistence::SandboxRecord& record, const ProgressFn& progress);
   SandboxError state_error(const std::exception& e, const std::string& code, const std::string& what) const;
-  std::optional<std::pair<unsigned, unsigned>> owner() const;
+  // As root, the sandbox's host ids from the catalog (allocated on first
+  // use; manager_uids.cpp) into dirs.owner; the owner restored files get.
+  void check_uid_range();
+  void assign_owner(const std::string& id, SandboxDirs& dirs);
+  void assign_spare_owner(PreparedSandbox& spare);
+  std::optional<std::pair<unsigned, unsigned>> owner(Sandbox& sandbox);
 
   ManagerOptions options_;
   CgroupSupport cgroups_;
   bool root_ = false;
+  persistence::IdRange uid_range_;  // root only
   std::filesystem::path agent_binary_;
   int agent_fd_ = -1;  // O_PATH fd of agent_binary_, bound into each sandbox by bwrap
   mutable std::mutex mutex_;  // guards sandboxes_; never held while a sandbox starts

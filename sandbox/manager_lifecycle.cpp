@@ -225,7 +225,7 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
   persistence::ExtractResult result;
   try {
     catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
-    result = store_->restore(snapshot, owner(), progress_adapter(progress, "restoring " + snapshot.id));
+    result = store_->restore(snapshot, owner(sandbox), progress_adapter(progress, "restoring " + snapshot.id));
   } catch (const std::exception& e) {
     try {
       catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");

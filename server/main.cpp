@@ -12,6 +12,7 @@
 #include "sandbox/doctor.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
+#include "sandbox/uid_range.h"
 #include "persistence/cli.h"
 #include "tools/register.h"
 
@@ -78,6 +79,7 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.agent_args.insert(sandbox_options.agent_args.end(),
                                     {"--shell-idle-ms", std::to_string(options->shell_idle.count())});
   if (options->cpus) sandbox_options.limits.cpus = *options->cpus;
+  if (!options->uid_range.empty()) sandbox_options.uid_range = sandbox::parse_uid_range(options->uid_range);
   sandbox_options.spare = options->spare == "none"   ? sandbox::ManagerOptions::Spare::None
                           : options->spare == "warm" ? sandbox::ManagerOptions::Spare::Warm
                                                      : sandbox::ManagerOptions::Spare::Prepared;

@@ -1,5 +1,7 @@
 #include "server/options.h"
 
+#include "sandbox/uid_range.h"
+
 #include <boost/program_options.hpp>
 
 #include <cstdlib>
@@ -72,7 +74,10 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
       ("cpus", po::value<double>(), "CPU quota per sandbox in CPUs, e.g. 1.5; 0 = none (default: all CPUs but one, "
                                     "at least 1; needs the cgroup cpu controller)")
       ("spare", po::value(&spare), "what is made ready for the next new conversation: none, prepared (default: "
-                                   "directories, cgroup and launcher) or warm (a running spare sandbox)");
+                                   "directories, cgroup and launcher) or warm (a running spare sandbox)")
+      ("uid-range", po::value(&out.uid_range),
+       "as root, host uids and gids for sandboxes, one each: START:COUNT (default: the /etc/subuid and /etc/subgid "
+       "entries of user agentbox, else 2000000000:65536)");
 
   po::variables_map vm;
   try {
@@ -110,6 +115,7 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
     if (cpus > 0 && cpus < 0.01) throw std::invalid_argument("--cpus must be at least 0.01 (or 0 for no quota)");
     out.cpus = cpus;
   }
+  if (!out.uid_range.empty()) sandbox::parse_uid_range(out.uid_range);  // throws std::invalid_argument
   if (!spare.empty()) {
     if (spare != "none" && spare != "prepared" && spare != "warm")
       throw std::invalid_argument("--spare must be none, prepared or warm, not '" + spare + "'");

@@ -27,6 +27,7 @@ struct ServeOptions {
   bool test_tools = false;
   std::optional<double> cpus;     // CPU quota per sandbox in CPUs, 0 = none (default: all CPUs but one)
   std::string spare = "prepared";  // none | prepared | warm: what is ready for the next new conversation
+  std::string uid_range;  // START:COUNT host ids for a root server's sandboxes; empty: sandbox/uid_range.h default
 };
 
 // Parses `serve` arguments (argv without the program and subcommand names).

@@ -53,7 +53,7 @@ TEST_CASE("a version-1 catalog is migrated and keeps its rows") {
     INSERT INTO snapshots VALUES ('snap-1', 'sb1', '2026-01-01T00:00:00.000Z', 10, 2, 'sha256:ab', 'keep', 'snapshots/sb1/snap-1.tar.zst');
     PRAGMA user_version=1;)");
   Catalog catalog(dir / "c.db");
-  CHECK(catalog.schema_version() == 2);
+  CHECK(catalog.schema_version() == Catalog::kSchemaVersion);
   auto sb = catalog.find_by_conversation("conv");
   REQUIRE(sb);
   CHECK(sb->state == "stopped");
