@@ -129,7 +129,7 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   } catch (const persistence::CatalogError& e) {
     throw SandboxError(codes::kSandboxStartFailed, e.what());
   }
-  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_);
+  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_, options_.snapshot_timeout);
   auto report = persistence::recover(layout_, *catalog_);
   for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
   for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
@@ -203,6 +203,7 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
     bring_back(*sandbox, *record);
   }
   std::lock_guard slock(sandbox->mutex_);
+  if (!sandbox->kept_live_.empty()) notice += (notice.empty() ? "" : "; ") + std::exchange(sandbox->kept_live_, "");
   ++sandbox->in_use_;
   sandbox->last_used_ = std::chrono::steady_clock::now();
   return Lease(sandbox, notice);

@@ -207,11 +207,14 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
   try {
     snapshot = store_->take(sandbox->id(), "", "idle");
   } catch (const std::exception& e) {
-    // The live directories stay the truth; the next call starts on them.
+    // The live directories stay the truth; the next call starts on them and
+    // its notice says why (a snapshot restore would refuse is refused first).
     spdlog::error("sandbox {}: idle snapshot failed, keeping its directories: {}", sandbox->id(), e.what());
     catalog_->set_state(sandbox->id(), "active");
     std::lock_guard lock(sandbox->mutex_);
     sandbox->phase_.clear();
+    sandbox->kept_live_ = std::string("the idle snapshot failed, so the live workspace was kept and the sandbox "
+                                      "restarted on it (running processes ended): ") + e.what();
     return false;
   }
   catalog_->set_state(sandbox->id(), "stopped");
