@@ -21,6 +21,7 @@
 // parses tar and writes (archive_read.cpp says why and how).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -50,7 +51,12 @@ struct ArchiveTree {
   std::filesystem::path dir;
 };
 
+// How long one helper run (snapshot, restore, check) may take before it is
+// killed and the operation fails (`serve --snapshot-timeout`).
+inline constexpr std::chrono::milliseconds kDefaultArchiveTimeout{10 * 60 * 1000};
+
 struct WriteOptions {
+  std::chrono::milliseconds timeout = kDefaultArchiveTimeout;
   int level = 3;    // zstd level (tar --zstd uses 3 too)
   int threads = 0;  // zstd worker threads; 0 = one per core, at most 4
   ArchiveProgressFn progress;
@@ -79,11 +85,12 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const std::file
                           const WriteOptions& options = {}, const WriteHooks& hooks = {});
 
 struct ExtractOptions {
+  std::chrono::milliseconds timeout = kDefaultArchiveTimeout;
   std::vector<std::string> allowed_tops = {"workspace", "home"};
   std::string expected_digest;  // empty: not checked (the CLI's "show" still computes it)
   // Host uid/gid to extract as (applied only when running as root).
   std::optional<std::pair<unsigned, unsigned>> owner;
-  std::uint64_t max_bytes = std::uint64_t{1} << 40;  // refuse archives that expand beyond this
+  std::uint64_t max_bytes = std::uint64_t{1} << 40;  // refuse archives that expand beyond this (kMaxRestoreBytes)
   ArchiveProgressFn progress;
 };
 

@@ -42,7 +42,11 @@ fs::path helper_path() {
 // One run of the helper. `on_progress` gets each "P ..." line's text after
 // "P " (it may throw: the helper is killed first). Returns the text after
 // "OK "; an "ERR" line becomes an ArchiveError with the helper's message.
-std::string run_helper(const std::vector<std::string>& args, const std::function<void(const char*)>& on_progress) {
+// A helper still running after `timeout` is killed (SIGKILL; its extracting
+// child has PR_SET_PDEATHSIG) and reaped, and the run fails: a box that
+// stalls the helper never holds a server thread (docs/design.md section 8).
+std::string run_helper(const std::vector<std::string>& args, const std::function<void(const char*)>& on_progress,
+                       std::chrono::milliseconds timeout = kDefaultArchiveTimeout) {
   fs::path helper = helper_path();
   if (access(helper.c_str(), X_OK) != 0)
     throw ArchiveError("the snapshot helper " + helper.string() +
@@ -88,9 +92,15 @@ std::string run_helper(const std::vector<std::string>& args, const std::function
   };
   std::string final_line;
   try {
-    final_line = read_child_lines(fds[0], on_progress, [](const std::string& line) {
-      return line.rfind("OK", 0) == 0 || line.rfind("ERR ", 0) == 0;
-    });
+    final_line = read_child_lines(
+        fds[0], on_progress,
+        [](const std::string& line) { return line.rfind("OK", 0) == 0 || line.rfind("ERR ", 0) == 0; },
+        std::chrono::steady_clock::now() + timeout);
+  } catch (const ChildTimeout&) {
+    kill(pid, SIGKILL);
+    reap();
+    throw ArchiveError("the snapshot helper did not finish within " + std::to_string(timeout.count()) +
+                       " ms (--snapshot-timeout) and was stopped; nothing was changed");
   } catch (...) {  // a progress callback threw
     kill(pid, SIGKILL);
     reap();
@@ -150,7 +160,7 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path&
       unsigned long long bytes = 0, files = 0;
       std::sscanf(p, "%llu %llu", &bytes, &files);
       options.progress({bytes, files, std::nullopt});
-    });
+    }, options.timeout);
     WriteResult result;
     unsigned long long archive_bytes = 0, input_bytes = 0, files = 0, skipped = 0;
     char digest[128] = {0};
@@ -192,7 +202,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
       unsigned long long bytes = 0, files = 0, total = 0;
       std::sscanf(p, "%llu %llu %llu", &bytes, &files, &total);
       options.progress({bytes, files, total});
-    }));
+    }, options.timeout));
   } catch (...) {
     remove_tree(dest);  // the helper does this itself unless it was killed; box-written (tree_fs.h)
     throw;

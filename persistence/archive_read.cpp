@@ -18,6 +18,7 @@
 // stream for the peer even when a process forked meanwhile by another thread
 // inherited a copy of the descriptor (which would hold a pipe open).
 #include "persistence/archive_local.h"
+#include "persistence/archive_rules.h"
 #include "persistence/child_lines.h"
 #include "persistence/sha256.h"
 #include "persistence/tree_fs.h"
@@ -46,7 +47,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kBlock = 1 << 20;
-constexpr std::size_t kMaxPath = 4096;
 
 // The archive's bytes, hashed as libarchive pulls them (the child's source,
 // the stream the parent already decompressed, is not hashed).
@@ -79,30 +79,10 @@ void drain(Source& s) {
   }
 }
 
-// An entry path is acceptable when it is relative, has no "." or ".."
-// component and starts with one of the expected top-level names. libarchive
-// checks again in the child; this check gives the clear message.
+// The rules the writer applies too (archive_rules.h); libarchive checks
+// again in the child, these give the clear message.
 std::string path_problem(const char* path, const std::vector<std::string>& tops) {
-  if (!path || !*path) return "an entry has no name";
-  std::string p(path);
-  if (p.size() > kMaxPath) return "an entry name is longer than " + std::to_string(kMaxPath) + " bytes";
-  if (p[0] == '/') return "entry '" + p + "' has an absolute path";
-  std::size_t start = 0;
-  bool first = true;
-  while (start <= p.size()) {
-    std::size_t end = p.find('/', start);
-    if (end == std::string::npos) end = p.size();
-    std::string part = p.substr(start, end - start);
-    if (part == "..") return "entry '" + p + "' climbs out with '..'";
-    if (first) {
-      bool known = false;
-      for (const auto& t : tops) known |= part == t;
-      if (!known) return "entry '" + p + "' is outside the expected directories";
-      first = false;
-    }
-    start = end + 1;
-  }
-  return "";
+  return entry_path_problem(path ? path : "", tops);
 }
 
 struct ReadState {

@@ -1,5 +1,6 @@
 // Snapshot writing: tree walk → pax entries → zstd → temporary file.
 #include "persistence/archive_local.h"
+#include "persistence/archive_rules.h"
 #include "persistence/child_lines.h"
 #include "persistence/sha256.h"
 
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -26,6 +28,20 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kBlock = 1 << 20;
+// Never blocks on a FIFO or a lease, never follows a symlink, never takes a tty.
+constexpr int kOpenFlags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+
+// Test only: AGENTBOX_TEST_ARCHIVE_DELAY_US makes the helper sleep between
+// learning a file's metadata (fstat of its descriptor) and reading it, to widen the window in which a
+// box swaps the entry (tests/persistence/snapshot_safety_test.cpp). Read by
+// the helper only; unset in production.
+void test_delay() {
+  static const long us = [] {
+    const char* v = std::getenv("AGENTBOX_TEST_ARCHIVE_DELAY_US");
+    return v && *v ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
 
 struct FdCloser {
   int fd = -1;
@@ -93,6 +109,8 @@ class Writer {
   }
 
   void tree(const ArchiveTree& t) {
+    tops_.push_back(t.name);
+    check_path(t.name);
     int fd = open(t.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) throw ArchiveError(errno_text("cannot open " + t.dir.string(), errno));
     FdCloser closer(fd);
@@ -144,36 +162,73 @@ class Writer {
       closedir(d);
     }
     std::sort(names.begin(), names.end());
-    for (const auto& name : names) {
-      struct stat st;
-      if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;  // deleted while we walked
-        throw ArchiveError(errno_text("cannot stat " + prefix + "/" + name, errno));
-      }
-      std::string path = prefix + "/" + name;
-      if (S_ISDIR(st.st_mode)) {
-        int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) {
-          if (errno == ENOENT) continue;
-          throw ArchiveError(errno_text("cannot open " + path, errno));
-        }
+    for (const auto& name : names) entry(dir_fd, name, prefix + "/" + name);
+  }
+
+  // What restore would refuse is refused here, before anything is removed
+  // (archive_rules.h).
+  void check_path(const std::string& path) const {
+    if (auto problem = entry_path_problem(path, tops_); !problem.empty())
+      throw ArchiveError(problem + "; the snapshot was not taken, so nothing of the workspace is removed "
+                                   "(shorten or remove that path)");
+  }
+
+  // One entry, judged by its opened descriptor (docs/design.md section 8,
+  // "Snapshots a box cannot hang or tear"): opened first with
+  // O_NONBLOCK | O_NOFOLLOW, so a FIFO swapped in never blocks the open, a
+  // leased file answers EWOULDBLOCK instead of holding the helper for the
+  // lease-break time, and type, size and bytes all come from one inode even
+  // when the name is renamed over meanwhile.
+  void entry(int dir_fd, const std::string& name, const std::string& path) {
+    check_path(path);
+    for (int attempt = 0;; ++attempt) {
+      int fd = openat(dir_fd, name.c_str(), kOpenFlags | O_NOATIME);
+      if (fd < 0 && errno == EPERM) fd = openat(dir_fd, name.c_str(), kOpenFlags);
+      if (fd >= 0) {
         FdCloser closer(fd);
-        header(path, st, nullptr);
-        walk(fd, path);
-      } else if (S_ISREG(st.st_mode)) {
-        regular(dir_fd, name, path, st);
-      } else if (S_ISLNK(st.st_mode)) {
-        std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
-        ssize_t n = readlinkat(dir_fd, name.c_str(), target.data(), target.size());
-        if (n < 0) throw ArchiveError(errno_text("cannot read link " + path, errno));
-        target.resize(static_cast<std::size_t>(n));
-        header(path, st, &target);
-      } else if (S_ISFIFO(st.st_mode)) {
-        header(path, st, nullptr);
-      } else {
-        ++result.skipped;  // sockets and devices: nothing to restore them as
+        struct stat st;
+        if (fstat(fd, &st) != 0) throw ArchiveError(errno_text("cannot stat " + path, errno));
+        if (S_ISDIR(st.st_mode)) {
+          header(path, st, nullptr);
+          walk(fd, path);
+        } else if (S_ISREG(st.st_mode)) {
+          regular(fd, path, st);
+        } else if (S_ISFIFO(st.st_mode)) {
+          header(path, st, nullptr);
+        } else {
+          ++result.skipped;  // devices: nothing to restore them as
+        }
+        return;
       }
+      int err = errno;
+      if (err == ENOENT) return;  // deleted while we walked
+      if (err == ENXIO) {         // a socket: open(2) refuses it
+        ++result.skipped;
+        return;
+      }
+      if (err == ELOOP && symlink_entry(dir_fd, name, path)) return;
+      if (err == EWOULDBLOCK && attempt < 10) {
+        // The open started breaking the lease; a holder that cooperates lets go within milliseconds.
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      if (err == EWOULDBLOCK)
+        throw ArchiveError(path + " is held by a file lease (fcntl F_SETLEASE) of a process outside the box; "
+                                  "it cannot be read now, so no snapshot was taken");
+      if (err != ELOOP || attempt >= 3) throw ArchiveError(errno_text("cannot open " + path, err));
     }
+  }
+
+  // False when the name is no longer a symlink (swapped: open it again).
+  bool symlink_entry(int dir_fd, const std::string& name, const std::string& path) {
+    struct stat st;
+    if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode)) return false;
+    std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
+    ssize_t n = readlinkat(dir_fd, name.c_str(), target.data(), target.size());
+    if (n < 0) return false;
+    target.resize(static_cast<std::size_t>(n));
+    header(path, st, &target);
+    return true;
   }
 
   archive_entry* make_entry(const std::string& path, const struct stat& st) {
@@ -204,31 +259,23 @@ class Writer {
     ++result.files;
   }
 
-  void regular(int dir_fd, const std::string& name, const std::string& path, const struct stat& st) {
-    int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
-    if (fd < 0 && errno == EPERM) fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return;
-      throw ArchiveError(errno_text("cannot open " + path, errno));
-    }
-    FdCloser closer(fd);
+  // Exactly what the descriptor holds: a file up to one block is read whole
+  // before its header, so the entry has the size that was read (a file that
+  // shrank is stored as it was read, never padded); a larger one streams its
+  // size at open, and one that shrinks while it streams (written in place by
+  // a running process) fails the snapshot instead of being padded with NULs.
+  void regular(int fd, const std::string& path, const struct stat& st) {
     archive_entry* e = make_entry(path, st);
     std::unique_ptr<archive_entry, decltype(&archive_entry_free)> owned(e, archive_entry_free);
-    // Holes: a file using fewer blocks than its size has some; map its data.
-    bool sparse = st.st_size > 0 && static_cast<std::uint64_t>(st.st_blocks) * 512 < static_cast<std::uint64_t>(st.st_size);
-    if (sparse) {
-      off_t pos = 0;
-      while (pos < st.st_size) {
-        off_t data = lseek(fd, pos, SEEK_DATA);
-        if (data < 0) break;  // ENXIO: only a hole is left
-        off_t hole = lseek(fd, data, SEEK_HOLE);
-        if (hole < 0) hole = st.st_size;
-        hole = std::min<off_t>(hole, st.st_size);
-        archive_entry_sparse_add_entry(e, data, hole - data);
-        pos = hole;
-      }
-      if (archive_entry_sparse_count(e) == 0) archive_entry_sparse_add_entry(e, st.st_size, 0);
-      lseek(fd, 0, SEEK_SET);
+    test_delay();
+    std::uint64_t want = static_cast<std::uint64_t>(st.st_size);
+    bool whole = want <= buffer_.size();
+    std::uint64_t got = 0;
+    if (whole) {
+      got = read_some(fd, path, buffer_.data(), want);
+      archive_entry_set_size(e, static_cast<la_int64_t>(got));
+    } else {
+      map_holes(fd, e, st);
     }
     archive_entry* sparse_out = nullptr;
     archive_entry* linked = e;
@@ -240,26 +287,63 @@ class Writer {
     }
     write_header(linked);
     if (archive_entry_size(linked) == 0) return;  // a hard link to an earlier entry, or empty
-    std::uint64_t want = static_cast<std::uint64_t>(st.st_size), done = 0;
-    while (done < want) {
-      ssize_t n = ::read(fd, buffer_.data(), std::min<std::uint64_t>(buffer_.size(), want - done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw ArchiveError(errno_text("cannot read " + path, errno));
-      }
-      if (n == 0) {
-        // The file shrank while we read it: pad, so the entry stays valid.
-        std::fill(buffer_.begin(), buffer_.end(), 0);
-        n = static_cast<ssize_t>(std::min<std::uint64_t>(buffer_.size(), want - done));
-      }
-      // In a sparse entry the pax writer drops the bytes that fall in holes.
-      if (archive_write_data(a_, buffer_.data(), static_cast<std::size_t>(n)) < 0)
-        throw ArchiveError(error_text("cannot archive " + path, *sink_));
-      done += static_cast<std::uint64_t>(n);
-      result.input_bytes += static_cast<std::uint64_t>(n);
+    if (whole) {
+      data(path, buffer_.data(), got);
       report();
+      return;
+    }
+    for (std::uint64_t done = 0; done < want;) {
+      std::uint64_t n = read_some(fd, path, buffer_.data(), std::min<std::uint64_t>(buffer_.size(), want - done));
+      if (n == 0)
+        throw ArchiveError(path + " shrank from " + std::to_string(want) + " to " + std::to_string(done) +
+                           " bytes while it was archived (a running process rewrote it in place); no snapshot "
+                           "was taken, take it again");
+      data(path, buffer_.data(), n);
+      done += n;
     }
     report();
+  }
+
+  // Up to `want` bytes, fewer only at the end of the file.
+  std::uint64_t read_some(int fd, const std::string& path, char* to, std::uint64_t want) {
+    std::uint64_t got = 0;
+    while (got < want) {
+      ssize_t n = ::read(fd, to + got, want - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw ArchiveError(errno_text("cannot read " + path, errno));
+      if (n == 0) break;
+      got += static_cast<std::uint64_t>(n);
+    }
+    return got;
+  }
+
+  void data(const std::string& path, const char* p, std::uint64_t n) {
+    // In a sparse entry the pax writer drops the bytes that fall in holes.
+    if (archive_write_data(a_, p, static_cast<std::size_t>(n)) < 0)
+      throw ArchiveError(error_text("cannot archive " + path, *sink_));
+    result.input_bytes += n;
+    if (result.input_bytes > kMaxRestoreBytes)
+      throw ArchiveError("the workspace holds more than " + std::to_string(kMaxRestoreBytes) +
+                         " bytes, more than a restore unpacks; no snapshot was taken");
+    report();
+  }
+
+  // Holes: a file using fewer blocks than its size has some; map its data.
+  void map_holes(int fd, archive_entry* e, const struct stat& st) {
+    if (st.st_size == 0 || static_cast<std::uint64_t>(st.st_blocks) * 512 >= static_cast<std::uint64_t>(st.st_size))
+      return;
+    off_t pos = 0;
+    while (pos < st.st_size) {
+      off_t data_at = lseek(fd, pos, SEEK_DATA);
+      if (data_at < 0) break;  // ENXIO: only a hole is left
+      off_t hole = lseek(fd, data_at, SEEK_HOLE);
+      if (hole < 0) hole = st.st_size;
+      hole = std::min<off_t>(hole, st.st_size);
+      archive_entry_sparse_add_entry(e, data_at, hole - data_at);
+      pos = hole;
+    }
+    if (archive_entry_sparse_count(e) == 0) archive_entry_sparse_add_entry(e, st.st_size, 0);
+    lseek(fd, 0, SEEK_SET);
   }
 
   void report() {
@@ -271,6 +355,7 @@ class Writer {
   }
 
   const WriteOptions& options_;
+  std::vector<std::string> tops_;  // the trees' names, the top-level names restore accepts
   std::vector<char> buffer_;
   struct archive* a_ = nullptr;
   archive_entry_linkresolver* resolver_ = nullptr;

@@ -4,9 +4,13 @@
 // then one last line.
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
+#include <poll.h>
 #include <string>
 #include <unistd.h>
 
@@ -19,12 +23,24 @@ inline std::string errno_text(const std::string& what, int err) { return what + 
 // on_progress (the text after "P "), other lines are skipped. Up to the last
 // line, not to EOF: a process forked meanwhile by another thread may hold
 // the pipe's write end open. What on_progress throws propagates: the caller
-// kills and reaps the child.
+// kills and reaps the child. With a deadline, ChildTimeout is thrown once it
+// passes (the caller kills the child): no thread waits on a child forever.
+struct ChildTimeout {};
+
 inline std::string read_child_lines(int fd, const std::function<void(const char*)>& on_progress,
-                                    const std::function<bool(const std::string&)>& is_final) {
+                                    const std::function<bool(const std::string&)>& is_final,
+                                    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
   std::string pending;
   char buf[4096];
   for (;;) {
+    if (deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) throw ChildTimeout{};
+      pollfd p{fd, POLLIN, 0};
+      int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count() + 1, 60'000)));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc == 0) continue;
+    }
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return "";

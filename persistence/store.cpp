@@ -110,6 +110,7 @@ SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string
   record.path = fs::relative(file, layout_.root).string();
   WriteOptions options;
   options.progress = progress;
+  options.timeout = timeout_;
   WriteHooks hooks;
   hooks.before_rename = [&](const WriteResult& r) {
     record.created_at = iso_now();
@@ -170,6 +171,7 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
   fs::path staging = live / staging_name;
   ExtractOptions options;
   options.expected_digest = snapshot.digest;
+  options.timeout = timeout_;
   options.owner = owner;
   options.progress = progress;
   ExtractResult result = extract_archive(file(snapshot), staging, options);

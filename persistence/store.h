@@ -56,7 +56,9 @@ bool disk_full(const std::exception& e);
 
 class SnapshotStore {
  public:
-  SnapshotStore(StateLayout layout, Catalog& catalog) : layout_(std::move(layout)), catalog_(catalog) {}
+  // `timeout` bounds every helper run of take() and restore() (`serve --snapshot-timeout`).
+  SnapshotStore(StateLayout layout, Catalog& catalog, std::chrono::milliseconds timeout = kDefaultArchiveTimeout)
+      : layout_(std::move(layout)), catalog_(catalog), timeout_(timeout) {}
 
   // Archives the sandbox's live directories. `reason`: manual, idle, ...
   SnapshotRecord take(const std::string& sandbox, const std::string& label, const std::string& reason,
@@ -90,6 +92,7 @@ class SnapshotStore {
  private:
   StateLayout layout_;
   Catalog& catalog_;
+  std::chrono::milliseconds timeout_;
 };
 
 std::string random_hex(std::size_t digits);

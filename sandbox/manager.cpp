@@ -183,6 +183,7 @@ Lease Manager::acquire(const std::string& conversation, const ProgressFn& progre
     bring_back(*sandbox, *record);
   }
   std::lock_guard slock(sandbox->mutex_);
+  if (!sandbox->kept_live_.empty()) notice += (notice.empty() ? "" : "; ") + std::exchange(sandbox->kept_live_, "");
   ++sandbox->in_use_;
   sandbox->last_used_ = std::chrono::steady_clock::now();
   return Lease(sandbox, notice);

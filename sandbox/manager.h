@@ -55,6 +55,8 @@ struct ManagerOptions {
   std::chrono::milliseconds background_keepalive{60 * 60 * 1000};
   // Unlabelled snapshots kept per sandbox (labelled ones are always kept).
   std::size_t keep_snapshots = 5;
+  // A snapshot or restore still running after this is stopped and fails.
+  std::chrono::milliseconds snapshot_timeout = persistence::kDefaultArchiveTimeout;
   // How long a call waits for a sandbox another server drives.
   std::chrono::milliseconds lock_wait{10'000};
   // What is made ready ahead of the next new conversation (docs/sandbox.md
@@ -125,6 +127,7 @@ class Sandbox {
   std::mutex lifecycle_;
   std::string phase_;  // "starting", "snapshotting" or "restoring" while that runs; guarded by mutex_
   bool torn_down_ = false;  // stopped by an idle teardown (restore on next call); guarded by mutex_
+  std::string kept_live_;  // why the last idle teardown kept the live workspace; guarded by mutex_
   persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
   std::chrono::steady_clock::time_point sessions_saved_;
   std::shared_ptr<AgentClient> previous_client_;  // outlives a restart, for leases still holding it

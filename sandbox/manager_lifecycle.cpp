@@ -62,7 +62,7 @@ void Manager::open_catalog() {
     throw SandboxError(codes::kSandboxStartFailed, e.what());
   }
   if (!damaged.empty()) spdlog::error("recovery: {}", damaged);
-  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_);
+  store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_, options_.snapshot_timeout);
   auto report = persistence::recover(layout_, *catalog_, !damaged.empty());
   for (const auto& line : report.failed) spdlog::error("recovery: could not repair {} (retried at the next start)", line);
   for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
@@ -298,6 +298,13 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
     snapshot = store_->take(sandbox->id(), "", "idle");
     catalog_->set_state(sandbox->id(), "stopped");
   } catch (const std::exception& e) {
+    {
+      // The next call starts on the live directories and its notice says why
+      // (what a restore would refuse, the snapshot refuses first).
+      std::lock_guard lock(sandbox->mutex_);
+      sandbox->kept_live_ = std::string("the idle snapshot failed, so the live workspace was kept and the sandbox "
+                                        "restarted on it (running processes ended): ") + e.what();
+    }
     return give_up("snapshot", e);
   }
   for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})

@@ -46,7 +46,7 @@ std::filesystem::path default_state_dir() {
 }
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
-  std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle;
+  std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle, snapshot_timeout;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -60,6 +60,8 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
        "a session shell idle this long with no process left running exits; the next command starts a new one "
        "from the saved session state (default 60s; 0 = never)")
       ("keep-snapshots", po::value(&out.keep_snapshots), "unlabelled snapshots kept per sandbox (default 5)")
+      ("snapshot-timeout", po::value(&snapshot_timeout),
+       "a snapshot or restore still running after this is stopped and fails; the workspace is kept (default 10m)")
       ("network", po::value(&network), "none (loopback only, default) or host")
       ("conversation", po::value(&conversation), "conversation id when the host names none")
       ("record", po::value(&out.record_file), "write every message in and out to this JSON-lines file")
@@ -98,6 +100,7 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   }
   out.state_dir = state_dir.empty() ? default_state_dir() : std::filesystem::path(state_dir);
   if (!idle_timeout.empty()) out.idle_timeout = parse_duration(idle_timeout);
+  if (!snapshot_timeout.empty()) out.snapshot_timeout = parse_duration(snapshot_timeout);
   if (!keepalive.empty()) out.background_keepalive = parse_duration(keepalive);
   if (!shell_idle.empty()) out.shell_idle = parse_duration(shell_idle);
   if (!network.empty()) {
