@@ -14,7 +14,8 @@ bool is_temp_archive(const std::string& name) { return name.find(".tar.zst.tmp-"
 
 class Recovery {
  public:
-  Recovery(const StateLayout& layout, Catalog& catalog) : layout_(layout), catalog_(catalog), store_(layout, catalog) {}
+  Recovery(const StateLayout& layout, Catalog& catalog, const RecoveryHooks& hooks)
+      : layout_(layout), catalog_(catalog), store_(layout, catalog), hooks_(hooks) {}
 
   RecoveryReport run() {
     std::set<std::string> known;
@@ -34,6 +35,7 @@ class Recovery {
 
  private:
   void act(std::string line) { report_.actions.push_back(std::move(line)); }
+  bool discard_live(const std::string& id) { return hooks_.discard_live && hooks_.discard_live(id); }
 
   void snapshots(const std::string& id) {
     fs::path dir = layout_.snapshots(id);
@@ -102,7 +104,10 @@ class Recovery {
     std::error_code ec;
     if (fs::is_directory(dir, ec)) {
       for (const auto& entry : fs::directory_iterator(dir, ec)) {
-        if (entry.path().filename().string().rfind(".restore-", 0) == 0) {
+        std::string name = entry.path().filename().string();
+        if (name.rfind(".trash-", 0) == 0) {  // in the sandbox's own filesystem (discard_dir)
+          fs::remove_all(entry.path(), ec);
+        } else if (name.rfind(".restore-", 0) == 0) {
           // Renamed away first: a helper killed with its server may still be
           // writing into it for a moment, and remove_all would lose that race.
           discard_dir(layout_, entry.path());
@@ -116,8 +121,10 @@ class Recovery {
       catalog_.set_state(sandbox.id, "active");
       act("sandbox " + sandbox.id + ": was " + sandbox.state + "; its live directories are kept and adopted");
     } else if ((sandbox.state == "stopped" || sandbox.state == "restoring") && has_snapshot) {
-      for (const auto& tree : layout_.trees(sandbox.id)) {
-        if (fs::exists(tree.dir, ec)) discard_dir(layout_, tree.dir);
+      if (!discard_live(sandbox.id)) {
+        for (const auto& tree : layout_.trees(sandbox.id)) {
+          if (fs::exists(tree.dir, ec)) discard_dir(layout_, tree.dir);
+        }
       }
       if (sandbox.state == "restoring") {
         catalog_.set_state(sandbox.id, "stopped", sandbox.restore_snapshot);
@@ -148,6 +155,7 @@ class Recovery {
         if (!SandboxLock::acquire(layout_.lock(name), std::chrono::milliseconds(0), lock)) continue;
         // Rows are written before directories, so no server is creating it.
         if (catalog_.find_sandbox(name)) continue;
+        discard_live(name);
         fs::remove_all(entry.path(), ec);
         act("removed directory " + entry.path().string() + " of a sandbox the catalog no longer knows");
       }
@@ -158,10 +166,13 @@ class Recovery {
   Catalog& catalog_;
   SnapshotStore store_;
   RecoveryReport report_;
+  const RecoveryHooks& hooks_;
 };
 
 }  // namespace
 
-RecoveryReport recover(const StateLayout& layout, Catalog& catalog) { return Recovery(layout, catalog).run(); }
+RecoveryReport recover(const StateLayout& layout, Catalog& catalog, const RecoveryHooks& hooks) {
+  return Recovery(layout, catalog, hooks).run();
+}
 
 }  // namespace agentbox::persistence

@@ -14,11 +14,14 @@
 //   truth; the leftovers are deleted ("restoring" becomes "stopped" and
 //   keeps its target). "stopped" without any snapshot keeps its live
 //   directories and becomes "active" (never delete the only copy).
-// - sandboxes/.trash-* and directories with no catalog row: deleted.
+// - sandboxes/.trash-* (and .trash-* inside a sandbox's own filesystem) and
+//   directories with no catalog row: deleted (a sandbox's own filesystem
+//   through RecoveryHooks::discard_live).
 #pragma once
 
 #include "persistence/store.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,14 @@ struct RecoveryReport {
   std::vector<std::string> skipped;  // sandboxes locked by another server
 };
 
-RecoveryReport recover(const StateLayout& layout, Catalog& catalog);
+// What the layer above owns of a sandbox's live directories.
+struct RecoveryHooks {
+  // Discards the live directories of sandbox `id` wholesale (its own
+  // filesystem, sandbox/disk.h); false when it has none, and the trees are
+  // discarded one by one.
+  std::function<bool(const std::string& id)> discard_live;
+};
+
+RecoveryReport recover(const StateLayout& layout, Catalog& catalog, const RecoveryHooks& hooks = {});
 
 }  // namespace agentbox::persistence

@@ -30,7 +30,12 @@ void discard_dir(const StateLayout& layout, const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return;
   fs::path trash = layout.sandboxes() / (".trash-" + random_hex(12));
-  if (rename(path.c_str(), trash.c_str()) != 0) trash = path;
+  if (rename(path.c_str(), trash.c_str()) != 0) {
+    // EXDEV: path is on a sandbox's own filesystem (sandbox/disk.h); its
+    // trash stays on it, in the sandbox directory, where recovery looks too.
+    fs::path local = path.parent_path() / trash.filename();
+    trash = errno == EXDEV && rename(path.c_str(), local.c_str()) == 0 ? local : path;
+  }
   // On ext4, unpacking many files right after deleting many is slow (the
   // inode allocator skips freed inodes): delete in the background.
   std::thread([trash] {

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <ctime>
-#include <csignal>
 #include <fcntl.h>
 #include <fstream>
 #include <sched.h>
@@ -83,6 +82,7 @@ double Sandbox::cpu_quota() const {
 }
 
 std::uint64_t Sandbox::workspace_bytes() const {
+  if (auto disk = disk_usage(dirs_.root)) return disk->used_bytes;  // its own filesystem: statvfs
   std::uint64_t total = 0;
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dirs_.workspace(), fs::directory_options::skip_permission_denied, ec), end;
@@ -130,7 +130,8 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
     throw SandboxError(codes::kSandboxStartFailed, e.what());
   }
   store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_);
-  auto report = persistence::recover(layout_, *catalog_);
+  disks_ = start_disks(options_.disk, layout_, root_ && stages());  // mounted before recovery reads them
+  auto report = persistence::recover(layout_, *catalog_, recovery_hooks(*disks_, layout_));
   for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
   for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
   agent_binary_ = options_.agent_binary.empty() ? default_agent() : options_.agent_binary;
@@ -234,6 +235,7 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
 }
 
 void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
+  disks_->ensure(d.root);  // its own filesystem first (disk.h)
   make_dir(d.root, root_ && !stages() ? 0711 : 0700);
   // dirs.root stays the server's: the sandbox user could otherwise swap an
   // entry of it for a symlink that root's mkdir/chmod/chown and /etc writes
@@ -276,6 +278,8 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   plan.agent_args = options_.agent_args;
   auto limit_args = agent_limit_args(options_.limits, cgroup && cgroup->limits_memory());
   plan.agent_args.insert(plan.agent_args.end(), limit_args.begin(), limit_args.end());
+  if (disk_usage(plan.dirs.root))  // file calls name the limit when it is full
+    plan.agent_args.insert(plan.agent_args.end(), {"--workspace-limit", limit_text(*disks_)});
   LaunchSpec spec;
   spec.argv = bwrap_argv(plan);
   spec.env = sandbox_environment(plan);
@@ -404,26 +408,10 @@ PreparedSandbox::~PreparedSandbox() {
   if (client) client->stop();
   cgroup.reset();
   std::error_code ec;
+  if (disks && !dirs.root.empty()) disks->drop_quietly(dirs.root);
   if (!dirs.root.empty()) fs::remove_all(dirs.root, ec);
   // lock is released last (member destructor): recovery by another server
   // removes directories only of sandboxes whose lock it can take.
-}
-
-void PreparedSandbox::release_gate() {
-  if (gate < 0) return;
-  // A launcher that died leaves no reader: EPIPE, not a SIGPIPE that would
-  // end a process that does not ignore it (tests, benches; serve does).
-  sigset_t pipe_signal, old;
-  sigemptyset(&pipe_signal);
-  sigaddset(&pipe_signal, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
-  if (write(gate, "\n", 1) < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE)) {
-    timespec now{0, 0};
-    sigtimedwait(&pipe_signal, nullptr, &now);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  close(gate);
-  gate = -1;
 }
 
 // How long the spare's replacement waits after the last start ended.
@@ -433,6 +421,7 @@ std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
   auto p = std::make_unique<PreparedSandbox>();
   p->id = persistence::random_hex(12);
   p->dirs.root = layout_.sandbox(p->id);
+  p->disks = disks_.get();
   // The lock first: another server's recovery leaves a directory alone while
   // its lock is held, and removes it after a crash.
   if (!persistence::SandboxLock::acquire(layout_.lock(p->id), std::chrono::milliseconds(0), p->lock))

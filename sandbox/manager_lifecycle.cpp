@@ -162,6 +162,13 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_ = "restoring";
   }
+  try {
+    disks_->ensure(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
+  } catch (...) {
+    std::lock_guard lock(sandbox.mutex_);
+    sandbox.phase_.clear();
+    throw;
+  }
   catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
   persistence::ExtractResult result;
   try {
@@ -215,8 +222,10 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
     return false;
   }
   catalog_->set_state(sandbox->id(), "stopped");
-  for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
-    persistence::discard_dir(layout_, dir);
+  if (!disks_->drop_quietly(sandbox->dirs().root)) {  // its own filesystem goes whole (disk.h)
+    for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
+      persistence::discard_dir(layout_, dir);
+  }
   for (const auto& gone : store_->prune(sandbox->id(), options_.keep_snapshots))
     spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
   {
@@ -331,6 +340,7 @@ bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
   std::lock_guard life(sandbox->lifecycle_);
   take_lock(*sandbox);
   stop(*sandbox);
+  disks_->drop(sandbox->dirs().root);
   persistence::discard_dir(layout_, sandbox->dirs().root);
   if (keep_snapshots) {
     // The conversation keeps its sandbox id (and so its snapshots); the next
@@ -373,7 +383,9 @@ void Manager::shutdown() {
       stop(*sandbox);
       // The workspace stays on disk, "active" in the catalog: the next start adopts it.
       std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
-      if (life.owns_lock()) release_lock(*sandbox);
+      if (!life.owns_lock()) return;
+      disks_->unmount_quietly(sandbox->dirs().root);  // the image stays; the next start mounts it
+      release_lock(*sandbox);
     }));
   }
   for (auto& f : stops) f.wait();
