@@ -2,6 +2,7 @@
 
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
+#include "sandbox/disk.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/seccomp.h"
@@ -133,6 +134,17 @@ DoctorCheck check_state_dir(const DoctorOptions& o) {
           ok ? o.state_dir + " is writable" : o.state_dir + " is not writable by this user"};
 }
 
+// The workspace limit: a trial image mounted in the state directory, as
+// `serve` does at start (sandbox/disk.h).
+DoctorCheck check_workspace_limit(const DoctorOptions& o) {
+  try {
+    Disks disks(o.state_dir, o.disk, geteuid() == 0);
+    return {"workspace limit", disks.support().enabled ? Level::Ok : Level::Warn, disks.support().detail};
+  } catch (const std::exception& e) {
+    return {"workspace limit", Level::Fail, e.what()};
+  }
+}
+
 // A real sandbox on the state directory `serve` uses (not a temporary one:
 // where it sits decides whether sandboxes start, docs/sandbox.md "State
 // directory anywhere"), under a conversation of its own, destroyed after.
@@ -145,6 +157,7 @@ DoctorCheck check_sandbox(const DoctorOptions& o) {
     mo.bwrap = o.bwrap;
     mo.agent_args = o.agent_args;
     mo.limits.cpus = o.cpus;
+    mo.disk = o.disk;
     mo.spare = ManagerOptions::Spare::None;
     Manager manager(mo);
     try {
@@ -182,6 +195,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   checks.push_back(check_cgroups(o));
   checks.push_back(check_seccomp());
   checks.push_back(check_state_dir(o));
+  if (checks.back().level != Level::Fail) checks.push_back(check_workspace_limit(o));
   bool blocked = false;
   for (const auto& c : checks) blocked |= c.level == Level::Fail;
   if (o.start_sandbox && !blocked) checks.push_back(check_sandbox(o));
@@ -197,8 +211,9 @@ int doctor_main(int argc, char** argv) {
     else if (arg == "--bwrap" && i + 1 < argc) o.bwrap = argv[++i];
     else if (arg == "--no-sandbox") o.start_sandbox = false;
     else if (arg == "--cpus" && i + 1 < argc) o.cpus = std::atof(argv[++i]);
+    else if (arg == "--workspace-limit" && i + 1 < argc) o.disk.bytes = parse_size(argv[++i]);
     else {
-      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--no-sandbox]\n";
+      std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--workspace-limit SIZE] [--no-sandbox]\n";
       return 2;
     }
   }
