@@ -335,6 +335,24 @@ void Disks::adopt_all(const fs::path& sandboxes_dir, const std::function<fs::pat
   }
 }
 
+void Disks::unmount_idle(const fs::path& sandboxes_dir,
+                         const std::function<fs::path(const std::string&)>& lock_path) const {
+  if (!support_.enabled) return;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() <= 4 || !name.ends_with(".img") || name[0] == '.') continue;
+    std::string id = name.substr(0, name.size() - 4);
+    persistence::SandboxLock lock;
+    try {
+      if (persistence::SandboxLock::acquire(lock_path(id), std::chrono::milliseconds(0), lock))
+        unmount_quietly(sandboxes_dir / id);
+    } catch (const std::exception& e) {
+      spdlog::warn("sandbox {}: {}", id, e.what());
+    }
+  }
+}
+
 bool Disks::drop_quietly(const fs::path& sandbox_dir) const noexcept {
   try {
     return drop(sandbox_dir);

@@ -88,6 +88,10 @@ class Disks {
   // (a reboot); before recovery reads the live directories.
   void adopt_all(const std::filesystem::path& sandboxes_dir,
                  const std::function<std::filesystem::path(const std::string&)>& lock_path) const;
+  // Unmounts every image whose lock is free (shutdown: adopt_all mounted
+  // them all, the next start mounts them again); the images stay.
+  void unmount_idle(const std::filesystem::path& sandboxes_dir,
+                    const std::function<std::filesystem::path(const std::string&)>& lock_path) const;
 
  private:
   std::string probe(bool may_mount) const;  // empty when a trial image mounts; else why not

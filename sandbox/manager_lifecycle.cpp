@@ -389,6 +389,7 @@ void Manager::shutdown() {
     }));
   }
   for (auto& f : stops) f.wait();
+  disks_->unmount_idle(layout_.sandboxes(), [this](const std::string& id) { return layout_.lock(id); });
 }
 
 }  // namespace agentbox::sandbox

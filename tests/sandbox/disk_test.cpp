@@ -145,3 +145,20 @@ TEST_CASE("the image goes at idle teardown and destroy and comes back at restore
   CHECK_FALSE(fs::exists(image));
   CHECK_FALSE(fs::exists(root));
 }
+
+TEST_CASE("a server's shutdown unmounts the images it mounted at start and never used") {
+  SandboxFixture f(small_disk());
+  f.exec("true", {}, "unused");
+  if (!limited(f)) return;
+  fs::path root = f.manager->find("unused")->dirs().root;
+  ManagerOptions again = small_disk();
+  again.state_dir = f.state_dir;
+  again.agent_binary = f.manager->options().agent_binary;
+  again.agent_args = f.manager->options().agent_args;
+  f.manager.reset();
+  f.manager = std::make_unique<Manager>(again);
+  CHECK(disk_usage(root));  // mounted before recovery
+  f.manager.reset();
+  CHECK_FALSE(disk_usage(root));  // no mount is left behind for a sandbox no one drives
+  CHECK(fs::exists(root.parent_path().parent_path() / "disks" / (root.filename().string() + ".img")));
+}
