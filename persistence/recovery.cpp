@@ -17,8 +17,8 @@ bool is_temp_archive(const std::string& name) { return name.find(".tar.zst.tmp-"
 
 class Recovery {
  public:
-  Recovery(const StateLayout& layout, Catalog& catalog, bool rebuild)
-      : layout_(layout), catalog_(catalog), store_(layout, catalog), rebuild_(rebuild) {}
+  Recovery(const StateLayout& layout, Catalog& catalog, bool rebuild, const RecoveryHooks& hooks)
+      : layout_(layout), catalog_(catalog), store_(layout, catalog), rebuild_(rebuild), hooks_(hooks) {}
 
   RecoveryReport run() {
     guarded("the unknown directories", [&] { leftovers(); });
@@ -32,7 +32,7 @@ class Recovery {
       // or the others': it is logged and retried at the next start.
       guarded("sandbox " + sandbox.id, [&] {
         if (sandbox.state == "destroying" || sandbox.state == "clearing") {
-          store_.finish_destroy(sandbox.id);
+          store_.finish_destroy(sandbox.id, hooks_.discard_live);
           act("sandbox " + sandbox.id + ": a destroy was cut short; finished");
           return;
         }
@@ -45,6 +45,7 @@ class Recovery {
 
  private:
   void act(std::string line) { report_.actions.push_back(std::move(line)); }
+  bool discard_live(const std::string& id) { return hooks_.discard_live && hooks_.discard_live(id); }
 
   template <typename Fn>
   void guarded(const std::string& what, Fn&& fn) {
@@ -132,7 +133,10 @@ class Recovery {
     std::error_code ec;
     if (fs::is_directory(dir, ec)) {
       for (const auto& entry : fs::directory_iterator(dir, ec)) {
-        if (entry.path().filename().string().rfind(".restore-", 0) == 0) {
+        std::string name = entry.path().filename().string();
+        if (name.rfind(".trash-", 0) == 0) {  // in the sandbox's own filesystem (discard_dir)
+          fs::remove_all(entry.path(), ec);
+        } else if (name.rfind(".restore-", 0) == 0) {
           // Renamed away first: a helper killed with its server may still be
           // writing into it for a moment, and remove_all would lose that race.
           discard_dir(layout_, entry.path());
@@ -164,8 +168,10 @@ class Recovery {
       catalog_.set_state(sandbox.id, "active");
       act("sandbox " + sandbox.id + ": was " + sandbox.state + "; its live directories are kept and adopted");
     } else if ((sandbox.state == "stopped" || sandbox.state == "restoring") && has_snapshot) {
-      for (const auto& tree : layout_.trees(sandbox.id)) {
-        if (fs::exists(tree.dir, ec)) discard_dir(layout_, tree.dir);
+      if (!discard_live(sandbox.id)) {
+        for (const auto& tree : layout_.trees(sandbox.id)) {
+          if (fs::exists(tree.dir, ec)) discard_dir(layout_, tree.dir);
+        }
       }
       if (sandbox.state == "restoring") {
         catalog_.set_state(sandbox.id, "stopped", sandbox.restore_snapshot);
@@ -250,6 +256,7 @@ class Recovery {
       act("directory " + dir.string() + " of a sandbox the catalog does not know holds files: kept at " +
           move_aside(layout_, dir, id).string());
     } else if (fs::exists(dir, ec)) {
+      discard_live(id);  // its own filesystem, if it has one (sandbox/disk.h)
       remove_tree(dir);  // an empty spare a crash left (box-written: by descriptor, tree_fs.h)
       act("removed empty directory " + dir.string() + " of a sandbox the catalog does not know");
     }
@@ -260,12 +267,13 @@ class Recovery {
   SnapshotStore store_;
   RecoveryReport report_;
   bool rebuild_;
+  const RecoveryHooks& hooks_;
 };
 
 }  // namespace
 
-RecoveryReport recover(const StateLayout& layout, Catalog& catalog, bool rebuild) {
-  return Recovery(layout, catalog, rebuild).run();
+RecoveryReport recover(const StateLayout& layout, Catalog& catalog, bool rebuild, const RecoveryHooks& hooks) {
+  return Recovery(layout, catalog, rebuild, hooks).run();
 }
 
 std::string set_aside_damaged_catalog(const StateLayout& layout) {

@@ -17,7 +17,8 @@
 //   archived them), "restoring" moves them to lost+found. "stopped" without
 //   any snapshot keeps its live directories and becomes "active".
 // - "destroying"/"clearing" (a destroy cut short): finished.
-// - sandboxes/.trash-*: deleted. A directory with no catalog row: adopted
+// - sandboxes/.trash-* (and .trash-* inside a sandbox's own filesystem):
+//   deleted; a sandbox's own filesystem goes through RecoveryHooks::discard_live. A directory with no catalog row: adopted
 //   when snapshots/<id>/conversation names an unmapped conversation, else
 //   moved to <state>/lost+found (deleted only when it holds no file: a spare
 //   a crash left). Recovery never deletes a workspace it cannot account for.
@@ -28,6 +29,7 @@
 
 #include "persistence/store.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,14 @@ struct RecoveryReport {
   std::vector<std::string> failed;   // repairs that could not be done (a full disk): retried next start
 };
 
+// What the layer above owns of a sandbox's live directories.
+struct RecoveryHooks {
+  // Discards the live directories of sandbox `id` wholesale (its own
+  // filesystem, sandbox/disk.h); false when it has none, and the trees are
+  // discarded one by one.
+  std::function<bool(const std::string& id)> discard_live;
+};
+
 // Renames a damaged catalog (and its -wal/-shm) to catalog.db.damaged-<time>
 // and returns a sentence saying why and where it is kept; empty when the
 // catalog is usable or absent.
@@ -46,7 +56,8 @@ std::string set_aside_damaged_catalog(const StateLayout& layout);
 
 // rebuild: the catalog was just set aside, so sandboxes and archives found
 // on disk are adopted even without a live workspace.
-RecoveryReport recover(const StateLayout& layout, Catalog& catalog, bool rebuild = false);
+RecoveryReport recover(const StateLayout& layout, Catalog& catalog, bool rebuild = false,
+                       const RecoveryHooks& hooks = {});
 
 // What doctor shows: damaged catalogs kept and entries of lost+found.
 std::vector<std::string> kept_aside(const StateLayout& layout);

@@ -32,7 +32,12 @@ void discard_dir(const StateLayout& layout, const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return;
   fs::path trash = layout.sandboxes() / (".trash-" + random_hex(12));
-  if (rename(path.c_str(), trash.c_str()) != 0) trash = path;
+  if (rename(path.c_str(), trash.c_str()) != 0) {
+    // EXDEV: path is on a sandbox's own filesystem (sandbox/disk.h); its
+    // trash stays on it, in the sandbox directory, where recovery looks too.
+    fs::path local = path.parent_path() / trash.filename();
+    trash = errno == EXDEV && rename(path.c_str(), local.c_str()) == 0 ? local : path;
+  }
   // On ext4, unpacking many files right after deleting many is slow (the
   // inode allocator skips freed inodes): delete in the background.
   std::thread([trash] {
@@ -72,17 +77,18 @@ bool disk_full(const std::exception& e) {
          what.find("database or disk is full") != std::string::npos;
 }
 
-void SnapshotStore::destroy(const std::string& sandbox, bool keep_snapshots) {
+void SnapshotStore::destroy(const std::string& sandbox, bool keep_snapshots, const DiscardLive& discard_live) {
   catalog_.begin_destroy(sandbox, keep_snapshots);
-  finish_destroy(sandbox);
+  finish_destroy(sandbox, discard_live);
 }
 
-void SnapshotStore::finish_destroy(const std::string& sandbox) {
+void SnapshotStore::finish_destroy(const std::string& sandbox, const DiscardLive& discard_live) {
   auto record = catalog_.find_sandbox(sandbox);
   if (!record || (record->state != "destroying" && record->state != "clearing")) return;
   // Trees first, then the directory: each rename is atomic, and what is
   // left after a crash is named by the tombstone or is trash.
-  for (const auto& tree : layout_.trees(sandbox)) discard_dir(layout_, tree.dir);
+  if (!discard_live || !discard_live(sandbox))
+    for (const auto& tree : layout_.trees(sandbox)) discard_dir(layout_, tree.dir);
   discard_dir(layout_, layout_.sandbox(sandbox));
   if (record->state == "clearing") {
     catalog_.set_state(sandbox, "none");

@@ -17,6 +17,7 @@
 #include "persistence/archive.h"
 #include "persistence/catalog.h"
 
+#include <functional>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -75,10 +76,13 @@ class SnapshotStore {
   // Destroys the sandbox in crash order: the catalog records the destroy
   // (Catalog::begin_destroy), then finish_destroy. A crash before the first
   // step leaves the old sandbox, after it recovery finishes the destroy.
-  void destroy(const std::string& sandbox, bool keep_snapshots);
+  // discard_live drops the live directories wholesale when the sandbox has
+  // its own filesystem (RecoveryHooks::discard_live; false: it has none).
+  using DiscardLive = std::function<bool(const std::string& sandbox)>;
+  void destroy(const std::string& sandbox, bool keep_snapshots, const DiscardLive& discard_live = {});
   // The rest of a destroy the catalog recorded: the live directories, then
   // (unless "clearing") the archives, then the rows. Idempotent.
-  void finish_destroy(const std::string& sandbox);
+  void finish_destroy(const std::string& sandbox, const DiscardLive& discard_live = {});
 
   // Deletes the file, then the row.
   void remove(const SnapshotRecord& snapshot);

@@ -6,6 +6,7 @@
 #include "sandbox/agent_methods.h"
 #include "sandbox/agent_processes.h"
 #include "sandbox/agent_sessions.h"
+#include "sandbox/file_paths.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/session_queue.h"
 #include "sandbox/thread_cache.h"
@@ -103,6 +104,7 @@ AgentOptions parse_options(int argc, char** argv) {
     else if (arg == "--head-bytes") o.config.process_head_bytes = value();
     else if (arg == "--tail-bytes") o.config.process_tail_bytes = value();
     else if (arg == "--shell-idle-ms") o.config.shell_idle = std::chrono::milliseconds(value());
+    else if (arg == "--workspace-limit") set_workspace_limit(value());
     else throw SandboxError(codes::kInvalidArguments, "unknown agent option " + arg);
   }
   for (char** e = environ; *e; ++e) o.config.environment.emplace_back(*e);

@@ -3,6 +3,7 @@
 #include "persistence/recovery.h"
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
+#include "sandbox/disk.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/seccomp.h"
@@ -146,6 +147,17 @@ DoctorCheck check_kept_aside(const DoctorOptions& o) {
   return {"recovery", Level::Warn, detail + " (look through them, then delete what you do not need)"};
 }
 
+// The workspace limit: a trial image mounted in the state directory, as
+// `serve` does at start (sandbox/disk.h).
+DoctorCheck check_workspace_limit(const DoctorOptions& o) {
+  try {
+    Disks disks(o.state_dir, o.disk, geteuid() == 0);
+    return {"workspace limit", disks.support().enabled ? Level::Ok : Level::Warn, disks.support().detail};
+  } catch (const std::exception& e) {
+    return {"workspace limit", Level::Fail, e.what()};
+  }
+}
+
 // A real sandbox on the state directory `serve` uses (not a temporary one:
 // where it sits decides whether sandboxes start, docs/sandbox.md "State
 // directory anywhere"), under a conversation of its own, destroyed after.
@@ -159,6 +171,7 @@ DoctorCheck check_sandbox(const DoctorOptions& o) {
     mo.agent_args = o.agent_args;
     mo.limits.cpus = o.cpus;
     if (!o.uid_range.empty()) mo.uid_range = parse_uid_range(o.uid_range);
+    mo.disk = o.disk;
     mo.spare = ManagerOptions::Spare::None;
     Manager manager(mo);
     try {
@@ -196,6 +209,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   checks.push_back(check_cgroups(o));
   checks.push_back(check_seccomp());
   checks.push_back(check_state_dir(o));
+  if (checks.back().level != Level::Fail) checks.push_back(check_workspace_limit(o));
   checks.push_back(check_kept_aside(o));
   checks.push_back(check_uid_range(o.uid_range.empty() ? std::nullopt : std::optional(parse_uid_range(o.uid_range))));
   bool blocked = false;
@@ -214,9 +228,10 @@ int doctor_main(int argc, char** argv) {
     else if (arg == "--no-sandbox") o.start_sandbox = false;
     else if (arg == "--cpus" && i + 1 < argc) o.cpus = std::atof(argv[++i]);
     else if (arg == "--uid-range" && i + 1 < argc) o.uid_range = argv[++i];
+    else if (arg == "--workspace-limit" && i + 1 < argc) o.disk.bytes = parse_size(argv[++i]);
     else {
       std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--uid-range START:COUNT] "
-                   "[--no-sandbox]\n";
+                   "[--workspace-limit SIZE] [--no-sandbox]\n";
       return 2;
     }
   }

@@ -5,6 +5,7 @@
 // Exit status 0 when sandboxes can run.
 #pragma once
 
+#include "sandbox/disk.h"
 #include "sandbox/limits.h"
 
 #include <string>
@@ -25,6 +26,7 @@ struct DoctorOptions {
   std::vector<std::string> agent_args = {"agent"};  // how this binary runs the agent
   double cpus = default_cpu_quota();  // the CPU quota to report (serve --cpus)
   std::string uid_range;  // serve's --uid-range START:COUNT; empty: its default
+  DiskOptions disk;  // the workspace limit to check (serve --workspace-limit)
 };
 
 std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);

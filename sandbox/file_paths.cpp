@@ -134,6 +134,19 @@ std::string writable_entry(const std::string& path, bool allow_roots) {
   return entry;
 }
 
+namespace {
+std::uint64_t workspace_limit = 0;
+
+// /workspace, /home/user and /tmp share the sandbox's own filesystem.
+bool on_workspace_disk(const std::string& path) {
+  for (std::string root : {"/workspace", "/home/user", "/tmp"})
+    if (path.rfind(root, 0) == 0 && (path.size() == root.size() || path[root.size()] == '/')) return true;
+  return false;
+}
+}  // namespace
+
+void set_workspace_limit(std::uint64_t bytes) { workspace_limit = bytes; }
+
 SandboxError file_error(int err, const std::string& what, const std::string& path) {
   std::string message = what + " " + path + ": " + std::strerror(err);
   switch (err) {
@@ -148,7 +161,11 @@ SandboxError file_error(int err, const std::string& what, const std::string& pat
     case ENAMETOOLONG: return SandboxError(codes::kInvalidArguments, message + " (a name is limited to 255 bytes)");
     case EROFS: return SandboxError(codes::kPathOutsideSandbox, message + "; only " + writable_list() + " are writable");
     case ENOSPC:
-    case EDQUOT: return SandboxError(codes::kNoSpace, message);
+    case EDQUOT:
+      if (workspace_limit == 0 || !on_workspace_disk(path)) return SandboxError(codes::kNoSpace, message);
+      return SandboxError(codes::kNoSpace, message + ": the sandbox's workspace limit of " +
+                                               std::to_string(workspace_limit >> 20) + " MiB (/workspace, /home/user "
+                                               "and /tmp together) is reached; delete files to free space");
     case EFBIG: return SandboxError(codes::kFileTooLarge, message + " (the sandbox's file size limit)");
     case EBUSY: return SandboxError(codes::kPermissionDenied, message + " (a mount point)");
     default: return SandboxError(codes::kIoError, message);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <sys/stat.h>
 
@@ -43,6 +44,9 @@ std::string writable_entry(const std::string& path, bool allow_roots = false);
 // A SandboxError for a failed system call on path, with the code a model can
 // act on (ENOENT -> FILE_NOT_FOUND, EACCES -> PERMISSION_DENIED, ...).
 SandboxError file_error(int err, const std::string& what, const std::string& path);
+// The sandbox's workspace limit in bytes (agent --workspace-limit), named by
+// the NO_SPACE error of file calls; 0 when the sandbox has none.
+void set_workspace_limit(std::uint64_t bytes);
 
 // error, with the session's cwd named when the call gave a relative path
 // (`path`, `from` or `to`) and the error is about where that path led: a

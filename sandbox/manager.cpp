@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include <ctime>
-#include <csignal>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -85,6 +84,7 @@ double Sandbox::cpu_quota() const {
 }
 
 std::uint64_t Sandbox::workspace_bytes() const {
+  if (auto disk = disk_usage(dirs_.root)) return disk->used_bytes;  // its own filesystem: statvfs
   return persistence::tree_disk_bytes(dirs_.workspace());  // follows no symlink (tree_fs.h)
 }
 
@@ -120,6 +120,7 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   layout_.root = options_.state_dir;
   make_dir(options_.state_dir / "snapshots", 0700);
   make_dir(options_.state_dir / "locks", 0700);
+  disks_ = start_disks(options_.disk, layout_, root_ && stages());  // mounted before recovery reads them
   open_catalog();
   agent_binary_ = options_.agent_binary.empty() ? default_agent() : options_.agent_binary;
   // bwrap binds the agent from this fd: when bwrap runs as the sandbox user,
@@ -215,6 +216,7 @@ std::shared_ptr<Sandbox> Manager::find(const std::string& conversation) {
 }
 
 void Manager::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
+  disks_->ensure(d.root);  // its own filesystem first (disk.h)
   DirsSetup setup;  // by descriptor, following no symlink (host_dirs.h)
   setup.root_mode = root_ && !stages() ? 0711 : 0700;
   setup.owner = d.owner;  // as root, the sandbox's own host ids (manager_uids.cpp)
@@ -238,6 +240,8 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   plan.agent_args = options_.agent_args;
   auto limit_args = agent_limit_args(options_.limits, cgroup && cgroup->limits_memory());
   plan.agent_args.insert(plan.agent_args.end(), limit_args.begin(), limit_args.end());
+  if (disk_usage(plan.dirs.root))  // file calls name the limit when it is full
+    plan.agent_args.insert(plan.agent_args.end(), {"--workspace-limit", limit_text(*disks_)});
   LaunchSpec spec;
   spec.argv = bwrap_argv(plan);
   spec.env = sandbox_environment(plan);
@@ -366,29 +370,13 @@ PreparedSandbox::~PreparedSandbox() {
   if (claimed) return;
   if (client) client->stop();
   cgroup.reset();
-  if (!dirs.root.empty()) persistence::remove_tree(dirs.root);
   std::error_code ec;
+  if (disks && !dirs.root.empty()) disks->drop_quietly(dirs.root);
+  if (!dirs.root.empty()) persistence::remove_tree(dirs.root);
   if (release_owner && !dirs.root.empty() && fs::symlink_status(dirs.root, ec).type() == fs::file_type::not_found)
     release_owner();
   // lock is released last (member destructor): recovery by another server
   // removes directories only of sandboxes whose lock it can take.
-}
-
-void PreparedSandbox::release_gate() {
-  if (gate < 0) return;
-  // A launcher that died leaves no reader: EPIPE, not a SIGPIPE that would
-  // end a process that does not ignore it (tests, benches; serve does).
-  sigset_t pipe_signal, old;
-  sigemptyset(&pipe_signal);
-  sigaddset(&pipe_signal, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_signal, &old);
-  if (write(gate, "\n", 1) < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE)) {
-    timespec now{0, 0};
-    sigtimedwait(&pipe_signal, nullptr, &now);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  close(gate);
-  gate = -1;
 }
 
 // How long the spare's replacement waits after the last start ended.
@@ -398,6 +386,7 @@ std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
   auto p = std::make_unique<PreparedSandbox>();
   p->id = persistence::random_hex(12);
   p->dirs.root = layout_.sandbox(p->id);
+  p->disks = disks_.get();
   // The lock first: another server's recovery leaves a directory alone while
   // its lock is held, and removes it after a crash.
   if (!persistence::SandboxLock::acquire(layout_.lock(p->id), std::chrono::milliseconds(0), p->lock))

@@ -20,6 +20,7 @@
 #include "sandbox/agent_client.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/cgroups.h"
+#include "sandbox/disk.h"
 #include "sandbox/limits.h"
 
 #include <condition_variable>
@@ -69,6 +70,8 @@ struct ManagerOptions {
   // is in progress.
   enum class Spare { None, Prepared, Warm };
   Spare spare = Spare::Prepared;
+  // Each sandbox's own filesystem (disk.h); where a host cannot, none.
+  DiskOptions disk;
 };
 
 // A sandbox made ready before its conversation exists (ManagerOptions::spare);
@@ -84,6 +87,7 @@ struct PreparedSandbox {
   std::function<void()> release_owner;  // gives its host ids back once its directories are gone
   bool warm = false;
   bool claimed = false;  // its directories belong to a conversation now
+  const Disks* disks = nullptr;  // drops its image when unclaimed
   PreparedSandbox() = default;
   PreparedSandbox(const PreparedSandbox&) = delete;
   PreparedSandbox& operator=(const PreparedSandbox&) = delete;
@@ -203,6 +207,7 @@ class Manager {
   // What is ready for the next new conversation: "none", "prepared" or "warm".
   std::string spare_state();
   const CgroupSupport& cgroups() const { return cgroups_; }
+  const Disks& disks() const { return *disks_; }
   std::size_t running() const;
 
  private:
@@ -253,6 +258,7 @@ class Manager {
 
   ManagerOptions options_;
   CgroupSupport cgroups_;
+  std::unique_ptr<Disks> disks_;
   bool root_ = false;
   persistence::IdRange uid_range_;  // root only
   std::filesystem::path agent_binary_;

@@ -222,6 +222,13 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_ = "restoring";
   }
+  try {
+    disks_->ensure(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
+  } catch (...) {
+    std::lock_guard lock(sandbox.mutex_);
+    sandbox.phase_.clear();
+    throw;
+  }
   persistence::ExtractResult result;
   try {
     catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
@@ -307,8 +314,10 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
     }
     return give_up("snapshot", e);
   }
-  for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
-    persistence::discard_dir(layout_, dir);
+  if (!disks_->drop_quietly(sandbox->dirs().root)) {  // its own filesystem goes whole (disk.h)
+    for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
+      persistence::discard_dir(layout_, dir);
+  }
   try {
     for (const auto& gone : store_->prune(sandbox->id(), options_.keep_snapshots))
       spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
@@ -472,7 +481,8 @@ bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
   // keep_snapshots keeps the sandbox id (and so its snapshots) for the
   // conversation; the next call starts empty, as after any destroy.
   try {
-    store_->destroy(sandbox->id(), keep_snapshots);
+    fs::path root = sandbox->dirs().root;  // its own filesystem goes whole, once the catalog has the destroy
+    store_->destroy(sandbox->id(), keep_snapshots, [&](const std::string&) { return disks_->drop_quietly(root); });
   } catch (const std::exception& e) {
     // Re-read from the catalog on the next call: the old sandbox if the
     // destroy was not recorded, else a fresh one (recovery finishes it).
@@ -512,10 +522,13 @@ void Manager::shutdown() {
       stop(*sandbox);
       // The workspace stays on disk, "active" in the catalog: the next start adopts it.
       std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
-      if (life.owns_lock()) release_lock(*sandbox);
+      if (!life.owns_lock()) return;
+      disks_->unmount_quietly(sandbox->dirs().root);  // the image stays; the next start mounts it
+      release_lock(*sandbox);
     }));
   }
   for (auto& f : stops) f.wait();
+  disks_->unmount_idle(layout_.sandboxes(), [this](const std::string& id) { return layout_.lock(id); });
 }
 
 }  // namespace agentbox::sandbox

@@ -1,6 +1,7 @@
 #include "server/options.h"
 
 #include "sandbox/uid_range.h"
+#include "sandbox/disk.h"
 
 #include <boost/program_options.hpp>
 
@@ -47,6 +48,7 @@ std::filesystem::path default_state_dir() {
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
   std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle, snapshot_timeout;
+  std::string workspace_limit;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -75,6 +77,11 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
       ("test-tools", po::bool_switch(&out.test_tools), "also offer the test fixtures (for the test suite)")
       ("cpus", po::value<double>(), "CPU quota per sandbox in CPUs, e.g. 1.5; 0 = none (default: all CPUs but one, "
                                     "at least 1; needs the cgroup cpu controller)")
+      ("workspace-limit", po::value(&workspace_limit), "bytes a sandbox's /workspace, /home/user and /tmp may hold "
+                                                       "together, e.g. 64M, 10G (default 10G; 0 = unlimited; needs "
+                                                       "root and loop devices, else not enforced)")
+      ("workspace-inodes", po::value(&out.workspace_inodes), "files a sandbox may hold (default: one per 16 KiB of "
+                                                             "--workspace-limit)")
       ("spare", po::value(&spare), "what is made ready for the next new conversation: none, prepared (default: "
                                    "directories, cgroup and launcher) or warm (a running spare sandbox)")
       ("uid-range", po::value(&out.uid_range),
@@ -119,6 +126,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
     out.cpus = cpus;
   }
   if (!out.uid_range.empty()) sandbox::parse_uid_range(out.uid_range);  // throws std::invalid_argument
+  if (!workspace_limit.empty()) out.workspace_limit = sandbox::parse_size(workspace_limit);
+  if (out.workspace_limit != 0 && out.workspace_limit < (16ull << 20))
+    throw std::invalid_argument("--workspace-limit must be at least 16M (or 0 for unlimited)");
   if (!spare.empty()) {
     if (spare != "none" && spare != "prepared" && spare != "warm")
       throw std::invalid_argument("--spare must be none, prepared or warm, not '" + spare + "'");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct ServeOptions {
   std::optional<double> cpus;     // CPU quota per sandbox in CPUs, 0 = none (default: all CPUs but one)
   std::string spare = "prepared";  // none | prepared | warm: what is ready for the next new conversation
   std::string uid_range;  // START:COUNT host ids for a root server's sandboxes; empty: sandbox/uid_range.h default
+  std::uint64_t workspace_limit = 10ull << 30;  // bytes per sandbox (its own filesystem, sandbox/disk.h); 0 = none
+  std::uint64_t workspace_inodes = 0;           // 0: one per 16 KiB of workspace_limit
 };
 
 // Parses `serve` arguments (argv without the program and subcommand names).

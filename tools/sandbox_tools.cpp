@@ -26,6 +26,8 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
   std::string state = sandbox->state();
   if (state != "stopped" || record->state != "stopped") status["state"] = state;
   if (state != "stopped") status["workspace_bytes"] = sandbox->workspace_bytes();
+  if (auto disk = sandbox::disk_usage(sandbox->dirs().root))  // its own filesystem (sandbox/disk.h)
+    status["workspace_limit_bytes"] = manager->disks().options().bytes, status["workspace_inodes"] = disk->used_inodes;
   auto client = sandbox->client();
   if (client && client->alive() && state == "active") {
     try {
@@ -38,6 +40,16 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
     }
   }
   return status;
+}
+
+// What holds the workspace: its limit, or why there is none.
+std::string workspace_limit_text(sandbox::Manager* manager, const json& status) {
+  if (status.contains("workspace_limit_bytes"))
+    return " of " + sandbox::size_text(status["workspace_limit_bytes"].get<std::uint64_t>()) + " (" +
+           std::to_string(status.value("workspace_inodes", 0)) + " inodes used)";
+  if (!manager || status["sandbox"].is_null()) return "";
+  const auto& support = manager->disks().support();
+  return support.enabled ? " (no limit: plain directories from before the limit)" : " (" + support.detail + ")";
 }
 
 }  // namespace
@@ -55,6 +67,7 @@ void register_sandbox_tools(Registry& registry, const Services& services) {
                                    status["state"].get<std::string>() + "; sessions: " + status["sessions"].dump() +
                                    "; processes: " + status["processes"].dump() + "; workspace " +
                                    std::to_string(status["workspace_bytes"].get<std::uint64_t>()) + " bytes" +
+                                   workspace_limit_text(manager, status) +
                                    (status["last_snapshot"].is_null()
                                         ? "; no snapshot"
                                         : "; last snapshot " + status["last_snapshot"]["snapshot"].get<std::string>() +

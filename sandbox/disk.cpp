@@ -1,0 +1,386 @@
+#include "sandbox/disk.h"
+
+#include "persistence/sandbox_lock.h"
+#include "persistence/store.h"
+#include "sandbox/errors.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <stdexcept>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#ifndef LOOP_CONFIGURE
+#define LOOP_CONFIGURE 0x4C0A
+struct loop_config {
+  __u32 fd;
+  __u32 block_size;
+  struct loop_info64 info;
+  __u64 __reserved[8];
+};
+#endif
+
+namespace agentbox::sandbox {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t kBytesPerInode = 16 * 1024;
+constexpr std::uint64_t kMinBytes = 16ull << 20;  // ext4 with a journal needs a few MiB
+constexpr std::uint64_t kProbeBytes = 16ull << 20;
+
+SandboxError disk_error(const std::string& what, int err) {
+  return SandboxError(codes::kSandboxStartFailed, errno_message(what, err));
+}
+
+std::string find_mkfs() {
+  for (const char* p : {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/bin/mkfs.ext4"})
+    if (access(p, X_OK) == 0) return p;
+  return "";
+}
+
+// Runs argv, returns its exit status and what it wrote to stderr.
+int run(std::vector<std::string> argv, std::string& err_text) {
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) != 0) return -1;
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], 2);
+    int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(err[1]);
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(err[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) err_text.append(buf, static_cast<std::size_t>(n));
+  close(err[0]);
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+  return pid < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool is_mount_point(const fs::path& dir) {
+  struct stat here{}, parent{};
+  if (lstat(dir.c_str(), &here) != 0 || !S_ISDIR(here.st_mode)) return false;
+  if (stat(dir.parent_path().c_str(), &parent) != 0) return false;
+  return here.st_dev != parent.st_dev;
+}
+
+// Attaches image to a free loop device that frees itself when its last user
+// (the mount) goes (LO_FLAGS_AUTOCLEAR); returns an open fd of the device.
+int attach_loop(int image_fd, const fs::path& image, std::string& dev) {
+  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0) throw disk_error("cannot open /dev/loop-control", errno);
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (n < 0) {
+      int err = errno;
+      close(ctl);
+      throw disk_error("no free loop device", err);
+    }
+    dev = "/dev/loop" + std::to_string(n);
+    int loop = open(dev.c_str(), O_RDWR | O_CLOEXEC);
+    if (loop < 0) continue;  // taken and gone meanwhile, or its node not made yet
+    loop_config config{};
+    config.fd = static_cast<__u32>(image_fd);
+    config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), image.c_str(), LO_NAME_SIZE - 1);
+    if (ioctl(loop, LOOP_CONFIGURE, &config) == 0) {
+      close(ctl);
+      return loop;
+    }
+    if (errno == EINVAL || errno == ENOTTY) {  // a kernel before 5.8: the two-step form
+      if (ioctl(loop, LOOP_SET_FD, image_fd) == 0) {
+        if (ioctl(loop, LOOP_SET_STATUS64, &config.info) == 0) {
+          close(ctl);
+          return loop;
+        }
+        ioctl(loop, LOOP_CLR_FD, 0);
+      }
+    }
+    int err = errno;
+    close(loop);
+    if (err != EBUSY) {
+      close(ctl);
+      throw disk_error("cannot attach " + image.string() + " to " + dev, err);
+    }
+    // EBUSY: another mount took that device between the two calls.
+  }
+  close(ctl);
+  throw disk_error("no free loop device after 32 tries", EBUSY);
+}
+
+}  // namespace
+
+std::uint64_t DiskOptions::inode_count() const {
+  return inodes ? inodes : std::max<std::uint64_t>(1024, bytes / kBytesPerInode);
+}
+
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("'" + text + "' is not a size (e.g. 64M, 10G)");
+  }
+  std::string unit = text.substr(used);
+  if (unit.size() > 1 && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (unit.size() > 1 && (unit.back() == 'i')) unit.pop_back();
+  int shift = unit.empty() ? 0 : -1;
+  const std::string units = "KMGT";
+  if (unit.size() == 1) {
+    auto pos = units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0]))));
+    if (pos != std::string::npos) shift = 10 * static_cast<int>(pos + 1);
+  }
+  if (shift < 0 || !(value >= 0) || value * std::ldexp(1.0, shift) > 1e18)
+    throw std::invalid_argument("'" + text + "' is not a size (e.g. 64M, 10G)");
+  return static_cast<std::uint64_t>(std::llround(value * std::ldexp(1.0, shift)));
+}
+
+std::string size_text(std::uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  double v = static_cast<double>(bytes);
+  while (v >= 1024 && i < 4) v /= 1024, ++i;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i == 0 ? "%.0f %s" : "%.3g %s", v, units[i]);
+  return buf;
+}
+
+std::optional<DiskUsage> disk_usage(const fs::path& dir) {
+  if (!is_mount_point(dir)) return std::nullopt;
+  struct statvfs s{};
+  if (statvfs(dir.c_str(), &s) != 0) return std::nullopt;
+  DiskUsage u;
+  u.used_bytes = (s.f_blocks - s.f_bfree) * s.f_frsize;
+  u.capacity_bytes = s.f_blocks * s.f_frsize;
+  u.used_inodes = s.f_files - s.f_ffree;
+  u.total_inodes = s.f_files;
+  return u;
+}
+
+Disks::Disks(const fs::path& state_dir, DiskOptions options, bool may_mount)
+    : dir_(state_dir / "disks"), options_(options), mkfs_(find_mkfs()) {
+  if (options_.bytes != 0 && options_.bytes < kMinBytes)
+    throw std::invalid_argument("--workspace-limit must be at least 16M (or 0)");
+  std::string why = probe(may_mount);
+  if (why.empty())
+    support_ = {true, "each sandbox has its own ext4 filesystem of " + size_text(options_.bytes) + " and " +
+                          std::to_string(options_.inode_count()) + " inodes (a sparse image in " + dir_.string() +
+                          " on a loop device) for /workspace, /home/user and /tmp together"};
+  else
+    support_ = {false, "the workspace limit (" + size_text(options_.bytes) + ") is not enforced: " + why +
+                           "; sandboxes keep their files in plain directories on the state directory's filesystem"};
+}
+
+std::string Disks::probe(bool may_mount) const {
+  if (options_.bytes == 0) return "--workspace-limit 0";
+  if (geteuid() != 0) return "a normal user cannot mount a filesystem per sandbox";
+  if (!may_mount) return "this root may not mount (no CAP_SYS_ADMIN)";
+  if (access("/dev/loop-control", R_OK | W_OK) != 0)
+    return "no usable /dev/loop-control (" + std::string(std::strerror(errno)) + ")";
+  if (mkfs_.empty()) return "mkfs.ext4 is not installed (apt install e2fsprogs)";
+  if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return errno_message("cannot create " + dir_.string(), errno);
+  // A real one, end to end: a container may have the device but refuse the mount.
+  fs::path mount_point = dir_ / (".probe-" + persistence::random_hex(8));
+  fs::path image = mount_point.string() + ".img";
+  std::string why;
+  try {
+    create(image, kProbeBytes, 1024);
+    if (mkdir(mount_point.c_str(), 0700) != 0) throw disk_error("cannot create " + mount_point.string(), errno);
+    mount_image(image, mount_point);
+    umount2(mount_point.c_str(), MNT_DETACH);
+  } catch (const std::exception& e) {
+    why = std::string("a trial mount failed (") + e.what() + ")";
+  }
+  std::error_code ec;
+  fs::remove(mount_point, ec);
+  fs::remove(image, ec);
+  return why;
+}
+
+fs::path Disks::image(const fs::path& sandbox_dir) const {
+  return dir_ / (sandbox_dir.filename().string() + ".img");
+}
+
+void Disks::create(const fs::path& image, std::uint64_t bytes, std::uint64_t inodes) const {
+  int fd = open(image.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw disk_error("cannot create the disk image " + image.string(), errno);
+  // Sparse: blocks are allocated as the box writes, at most the limit.
+  bool sized = ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+  int err = errno;
+  close(fd);
+  std::string out;
+  if (!sized) {
+    unlink(image.c_str());
+    throw disk_error("cannot size the disk image " + image.string(), err);
+  }
+  // 4 KiB blocks whatever the size (mke2fs picks 1 KiB under 512 MiB), no
+  // reserved blocks, the inode table and journal written lazily (~4 MB of
+  // real disk, ~50 ms for 10 GiB).
+  int rc = run({mkfs_, "-q", "-F", "-t", "ext4", "-b", "4096", "-m", "0", "-N", std::to_string(inodes),
+                "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", image.string()},
+               out);
+  if (rc != 0) {
+    unlink(image.c_str());
+    throw SandboxError(codes::kSandboxStartFailed, "mkfs.ext4 " + image.string() + " failed (" + std::to_string(rc) +
+                                                       "): " + out);
+  }
+}
+
+void Disks::mount_image(const fs::path& image, const fs::path& dir) const {
+  int fd = open(image.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw disk_error("cannot open the disk image " + image.string(), errno);
+  int loop;
+  std::string dev;
+  try {
+    loop = attach_loop(fd, image, dev);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);
+  // nosuid,nodev: nothing on it gains privileges or reaches a device; exec
+  // stays (the box runs its programs from /workspace).
+  int rc = mount(dev.c_str(), dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro");
+  int err = errno;
+  close(loop);  // the mount holds the device now; autoclear frees it at unmount
+  if (rc != 0) throw disk_error("cannot mount " + image.string() + " on " + dir.string(), err);
+}
+
+bool Disks::ensure(const fs::path& sandbox_dir) const {
+  if (!support_.enabled) return false;
+  if (is_mount_point(sandbox_dir)) return true;
+  fs::path img = image(sandbox_dir);
+  if (mkdir(sandbox_dir.c_str(), 0700) != 0 && errno != EEXIST) throw disk_error("cannot create " + sandbox_dir.string(), errno);
+  bool exists = access(img.c_str(), F_OK) == 0;
+  if (!exists) {
+    // Never hide files under a mount: only a new directory gets an image
+    // (an etc is regenerated at each start).
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(sandbox_dir, ec)) {
+      if (entry.path().filename() != "etc") {
+        spdlog::warn("sandbox {} keeps its plain directories from before the workspace limit: not limited",
+                     sandbox_dir.filename().string());
+        return false;
+      }
+    }
+    fs::remove_all(sandbox_dir / "etc", ec);
+    create(img, options_.bytes, options_.inode_count());
+  }
+  try {
+    mount_image(img, sandbox_dir);
+  } catch (...) {
+    if (!exists) unlink(img.c_str());
+    throw;
+  }
+  rmdir((sandbox_dir / "lost+found").c_str());  // e2fsck makes it again if it needs it
+  return true;
+}
+
+bool Disks::drop(const fs::path& sandbox_dir) const {
+  fs::path img = image(sandbox_dir);
+  bool had = access(img.c_str(), F_OK) == 0;
+  // Unmounted first: a crash in between leaves an image recovery mounts and drops again.
+  while (is_mount_point(sandbox_dir)) {
+    if (umount2(sandbox_dir.c_str(), MNT_DETACH) != 0)
+      throw SandboxError(codes::kInternal, errno_message("cannot unmount " + sandbox_dir.string(), errno));
+    had = true;
+  }
+  if (had && unlink(img.c_str()) != 0 && errno != ENOENT)
+    throw SandboxError(codes::kInternal, errno_message("cannot delete " + img.string(), errno));
+  return had;
+}
+
+void Disks::adopt_all(const fs::path& sandboxes_dir, const std::function<fs::path(const std::string&)>& lock_path) const {
+  if (!support_.enabled) return;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(".probe-", 0) == 0) {  // a probe a crash left
+      umount2(entry.path().c_str(), MNT_DETACH);
+      fs::remove(entry.path(), ec);
+      continue;
+    }
+    if (name.size() <= 4 || !name.ends_with(".img")) continue;
+    std::string id = name.substr(0, name.size() - 4);
+    persistence::SandboxLock lock;
+    try {
+      if (!persistence::SandboxLock::acquire(lock_path(id), std::chrono::milliseconds(0), lock)) continue;
+      if (ensure(sandboxes_dir / id)) spdlog::debug("sandbox {}: its disk image is mounted", id);
+    } catch (const std::exception& e) {
+      spdlog::error("sandbox {}: cannot mount its disk image: {}", id, e.what());
+    }
+  }
+}
+
+void Disks::unmount_idle(const fs::path& sandboxes_dir,
+                         const std::function<fs::path(const std::string&)>& lock_path) const {
+  if (!support_.enabled) return;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() <= 4 || !name.ends_with(".img") || name[0] == '.') continue;
+    std::string id = name.substr(0, name.size() - 4);
+    persistence::SandboxLock lock;
+    try {
+      if (persistence::SandboxLock::acquire(lock_path(id), std::chrono::milliseconds(0), lock))
+        unmount_quietly(sandboxes_dir / id);
+    } catch (const std::exception& e) {
+      spdlog::warn("sandbox {}: {}", id, e.what());
+    }
+  }
+}
+
+bool Disks::drop_quietly(const fs::path& sandbox_dir) const noexcept {
+  try {
+    return drop(sandbox_dir);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return true;  // recovery drops it at the next start
+  }
+}
+
+void Disks::unmount_quietly(const fs::path& sandbox_dir) const noexcept {
+  if (is_mount_point(sandbox_dir) && umount2(sandbox_dir.c_str(), MNT_DETACH) != 0)
+    spdlog::warn("{}", errno_message("cannot unmount " + sandbox_dir.string(), errno));
+}
+
+std::unique_ptr<Disks> start_disks(const DiskOptions& options, const persistence::StateLayout& layout, bool may_mount) {
+  auto disks = std::make_unique<Disks>(layout.root, options, may_mount);
+  if (disks->support().enabled) spdlog::info("workspace limit: {}", disks->support().detail);
+  else spdlog::warn("{}", disks->support().detail);
+  disks->adopt_all(layout.sandboxes(), [&layout](const std::string& id) { return layout.lock(id); });
+  return disks;
+}
+
+persistence::RecoveryHooks recovery_hooks(const Disks& disks, const persistence::StateLayout& layout) {
+  persistence::RecoveryHooks hooks;
+  hooks.discard_live = [&disks, &layout](const std::string& id) { return disks.drop(layout.sandbox(id)); };
+  return hooks;
+}
+
+std::string limit_text(const Disks& disks) { return std::to_string(disks.options().bytes); }
+
+}  // namespace agentbox::sandbox
