@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -249,18 +251,46 @@ void Disks::create(const fs::path& image, std::uint64_t bytes, std::uint64_t ino
   }
 }
 
-void Disks::mount_image(const fs::path& image, const fs::path& dir) const {
-  int fd = open(image.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw disk_error("cannot open the disk image " + image.string(), errno);
-  int loop;
-  std::string dev;
-  try {
-    loop = attach_loop(fd, image, dev);
-  } catch (...) {
-    close(fd);
-    throw;
+namespace {
+
+// The loop device that already backs `image`, if any: the filesystem of a
+// sandbox whose box has not finished dying (its mount namespace still holds
+// it after the host's mount is gone). Mounting that device again shares the
+// live superblock; attaching a second device to the same file would mount
+// one ext4 twice, and the two would overwrite each other.
+std::string attached_loop(const fs::path& image) {
+  struct stat want {};
+  if (stat(image.c_str(), &want) != 0) return "";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("loop", 0) != 0) continue;
+    std::ifstream in(e.path() / "loop" / "backing_file");
+    std::string backing;
+    if (!std::getline(in, backing) || backing.empty()) continue;
+    struct stat have {};
+    if (stat(backing.c_str(), &have) == 0 && have.st_dev == want.st_dev && have.st_ino == want.st_ino)
+      return "/dev/" + name;
   }
-  close(fd);
+  return "";
+}
+
+}  // namespace
+
+void Disks::mount_image(const fs::path& image, const fs::path& dir) const {
+  std::string dev = attached_loop(image);
+  int loop = dev.empty() ? -1 : open(dev.c_str(), O_RDWR | O_CLOEXEC);
+  if (loop < 0) {
+    int fd = open(image.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) throw disk_error("cannot open the disk image " + image.string(), errno);
+    try {
+      loop = attach_loop(fd, image, dev);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    close(fd);
+  }
   // nosuid,nodev: nothing on it gains privileges or reaches a device; exec
   // stays (the box runs its programs from /workspace).
   int rc = mount(dev.c_str(), dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro");

@@ -43,7 +43,27 @@ void set_mode_owner(int fd, const fs::path& path, mode_t mode, std::optional<std
 
 // Written under a temporary name and renamed over `name`: a hard link
 // planted as `name` is replaced, not written through.
+// True when `name` in dir is already a regular root-owned 0644 file holding
+// exactly `content` (opened O_NOFOLLOW): then nothing is written, so a start
+// on a full state filesystem still works (file_delete is how space is freed).
+bool already_written(int dir, const std::string& name, const std::string& content) {
+  UniqueFd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || (st.st_mode & 07777) != 0644 ||
+      st.st_uid != geteuid() || static_cast<std::size_t>(st.st_size) != content.size())
+    return false;
+  std::string have(content.size(), '\0');
+  for (std::size_t done = 0; done < have.size();) {
+    ssize_t n = read(fd.get(), have.data() + done, have.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return have == content;
+}
+
 void write_at(int dir, const fs::path& dir_path, const std::string& name, const std::string& content) {
+  if (already_written(dir, name, content)) return;
   std::string temp = "." + name + ".agentbox-new";
   unlinkat(dir, temp.c_str(), 0);
   UniqueFd fd(openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));

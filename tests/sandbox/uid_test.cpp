@@ -192,7 +192,11 @@ TEST_CASE("a sandbox from before host ids keeps 65534 while its files exist, and
     WARN("skipped: only a root server gives sandboxes host uids (a normal user's run as that user)");
     return;
   }
-  SandboxFixture f(own_slice());
+  // Plain directories, as an older agentbox left them (it made no disk
+  // images; a directory holding them never gets one: sandbox/disk.h).
+  ManagerOptions legacy = own_slice();
+  legacy.disk.bytes = 0;
+  SandboxFixture f(legacy);
   f.exec("echo old > /workspace/f", {}, "old");
   std::string id = f.manager->find("old")->id();
   ManagerOptions o = f.manager->options();
