@@ -189,11 +189,25 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
     UniqueFd staging_fd(live_fd ? open_dir_beneath(live_fd.get(), staging_name) : -1);
     if (!staging_fd) throw ArchiveError("cannot open " + staging.string() + ": " + std::strerror(errno));
     check_staged(staging_fd.get(), trees, owner);
+    // (tree, exchanged): what to undo if a later tree cannot be swapped in,
+    // or the replaced live trees would go with the staging directory.
+    std::vector<std::pair<const ArchiveTree*, bool>> swapped;
     for (const auto& tree : trees) {
       std::string name = tree.dir.filename().string();
       int rc = renameat2(staging_fd.get(), tree.name.c_str(), live_fd.get(), name.c_str(), RENAME_EXCHANGE);
+      bool exchanged = rc == 0;
       if (rc != 0 && errno == ENOENT) rc = renameat(staging_fd.get(), tree.name.c_str(), live_fd.get(), name.c_str());
-      if (rc != 0) throw ArchiveError("cannot swap in " + tree.dir.string() + ": " + std::strerror(errno));
+      if (rc != 0) {
+        int err = errno;
+        for (auto it = swapped.rbegin(); it != swapped.rend(); ++it) {
+          std::string back = it->first->dir.filename().string();
+          if (it->second) renameat2(staging_fd.get(), it->first->name.c_str(), live_fd.get(), back.c_str(), RENAME_EXCHANGE);
+          else renameat(live_fd.get(), back.c_str(), staging_fd.get(), it->first->name.c_str());
+        }
+        throw ArchiveError("cannot swap in " + tree.dir.string() + ": " + std::strerror(err) +
+                           " (the trees swapped before it were put back)");
+      }
+      swapped.emplace_back(&tree, exchanged);
     }
   } catch (...) {
     discard_dir(layout_, staging);

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <fstream>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -171,4 +173,51 @@ TEST_CASE("a restore whose staged workspace is a symlink is refused and the live
   CHECK(fs::exists(host / "canary-0"));
   std::error_code ec;
   fs::remove_all(dir, ec);  // the staging directory's trash may still be going
+}
+
+TEST_CASE("a restore that cannot swap in every tree puts back the ones it swapped") {
+  // Trees are swapped one by one; when a later one fails (here the live home
+  // cannot be renamed: immutable), the workspace swapped before it must go
+  // back, not stay in the staging directory that is then discarded.
+  if (geteuid() != 0) {
+    WARN("skipped: making a live tree unrenamable (FS_IMMUTABLE_FL) needs root");
+    return;
+  }
+  fs::path dir = fresh_temp_dir("tree_fs", "swapback");
+  StateLayout layout{dir / "state"};
+  fs::path live = layout.sandbox("sb");
+  fs::create_directories(live / "workspace");
+  fs::create_directories(live / "home");
+  std::ofstream(live / "workspace" / "live.txt") << "live data";
+  Catalog catalog(layout.catalog());
+  SnapshotStore store(layout, catalog);
+  fs::path helper = dir / "helper";
+  std::ofstream(helper) << "#!/bin/sh\n"
+                        << "mkdir \"$3\" \"$3/workspace\" \"$3/home\" && echo snap > \"$3/workspace/snap.txt\"\n"
+                        << "echo 'OK 1 1 -'\n";
+  fs::permissions(helper, fs::perms::owner_all);
+  std::string saved = std::getenv("AGENTBOX_ARCHIVE_HELPER") ? std::getenv("AGENTBOX_ARCHIVE_HELPER") : "";
+  setenv("AGENTBOX_ARCHIVE_HELPER", helper.c_str(), 1);
+  auto set_immutable = [&](bool on) {
+    int fd = open((live / "home").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    int flags = 0;
+    REQUIRE(ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0);
+    flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+    int rc = ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    close(fd);
+    REQUIRE(rc == 0);
+  };
+  set_immutable(true);
+  SnapshotRecord snapshot;
+  snapshot.id = "snap-y";
+  snapshot.sandbox = "sb";
+  snapshot.path = "snapshots/sb/snap-y.tar.zst";
+  CHECK_THROWS_WITH(store.restore(snapshot, std::make_pair(65534u, 65534u)), Catch::Contains("cannot swap in"));
+  set_immutable(false);
+  setenv("AGENTBOX_ARCHIVE_HELPER", saved.c_str(), 1);
+  CHECK(fs::exists(live / "workspace" / "live.txt"));
+  CHECK_FALSE(fs::exists(live / "workspace" / "snap.txt"));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
