@@ -132,6 +132,24 @@ function leftoverCgroups(ids) {
 // waiting to exec bwrap for the next new conversation, with its sandbox
 // directory. It is expected while the server runs and must be gone once the
 // server has exited.
+// When the sandbox has its own filesystem (a root server's disk image,
+// docs/design.md section 2), the staged mounts show a loop device: its
+// backing file <state>/disks/<id>.img names the sandbox.
+function imageOfStaging(p) {
+  for (const line of readFileSync(`/proc/${p}/mountinfo`, 'utf8').split('\n')) {
+    const f = line.split(' ');
+    if (!f[4]?.startsWith('/run/agentbox-staging')) continue;
+    try {
+      const backing = readFileSync(`/sys/dev/block/${f[2]}/loop/backing_file`, 'utf8');
+      const m = /\/disks\/([0-9a-f]+)\.img/.exec(backing);
+      if (m) return m;
+    } catch {
+      // not a loop device
+    }
+  }
+  return null;
+}
+
 function spareOf(pid) {
   for (const p of descendants(pid)) {
     let argv;
@@ -148,7 +166,7 @@ function spareOf(pid) {
     let m = argv.map(sandboxIn).find(Boolean);
     if (!m) {
       try {
-        m = sandboxIn(readFileSync(`/proc/${p}/mountinfo`, 'utf8'));
+        m = sandboxIn(readFileSync(`/proc/${p}/mountinfo`, 'utf8')) ?? imageOfStaging(p);
       } catch {
         // gone meanwhile: no spare
       }

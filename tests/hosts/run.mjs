@@ -2,7 +2,7 @@
 // host and per step, whether the result the host handed back to the model is
 // what the contract says. Usage (run.sh sets PATH to the pinned hosts):
 //   node run.mjs AGENTBOX_BIN [--keep] [--open-home] [--timeout SECONDS] [host ...]
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -134,6 +134,18 @@ function realHomeState() {
 
 const passed = (r) => !r.problems.length && !r.mcpTrouble.length && r.verdicts.every((v) => !v.failures.length);
 
+// As root each sandbox's directory is the mount point of its own
+// filesystem, and the mount outlives a server the host killed or one still
+// shutting down (docs/design.md section 2): unmount what is left under the
+// throwaway HOME, deepest first, before deleting it.
+function removeHome(home) {
+  const mounts = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')
+    .map((line) => line.split(' ')[4]).filter((mp) => mp && (mp === home || mp.startsWith(home + '/')))
+    .sort((a, b) => b.length - a.length);
+  for (const mp of mounts) spawnSync('umount', ['-l', mp]);
+  fs.rmSync(home, { recursive: true, force: true });
+}
+
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
   if (!opts.bin || !fs.existsSync(opts.bin)) { console.error(`hosts: agentbox binary not found: ${opts.bin}`); process.exit(2); }
@@ -146,7 +158,7 @@ async function main() {
     const report = await runHost(host, opts, bindir);
     print(report);
     reports.push(report);
-    if (!opts.keep) fs.rmSync(report.home, { recursive: true, force: true });
+    if (!opts.keep) removeHome(report.home);
   }
   const touched = realHomeState().filter((s, i) => s !== homeBefore[i]);
   for (const t of touched) console.log(`FAIL  a host changed the real HOME: ~/${t.split(' ')[0]}`);
