@@ -3,6 +3,7 @@
 #include "persistence/sandbox_lock.h"
 #include "persistence/store.h"
 #include "sandbox/errors.h"
+#include "sandbox/run_capture.h"
 
 #include <spdlog/spdlog.h>
 
@@ -50,35 +51,6 @@ std::string find_mkfs() {
   for (const char* p : {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/bin/mkfs.ext4"})
     if (access(p, X_OK) == 0) return p;
   return "";
-}
-
-// Runs argv, returns its exit status and what it wrote to stderr.
-int run(std::vector<std::string> argv, std::string& err_text) {
-  int err[2];
-  if (pipe2(err, O_CLOEXEC) != 0) return -1;
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    int devnull = open("/dev/null", O_RDWR);
-    dup2(devnull, 0);
-    dup2(devnull, 1);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(err[1]);
-  char buf[1024];
-  ssize_t n;
-  while ((n = read(err[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) err_text.append(buf, static_cast<std::size_t>(n));
-  close(err[0]);
-  int status = 0;
-  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
-  return pid < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 bool is_mount_point(const fs::path& dir) {
@@ -241,7 +213,7 @@ void Disks::create(const fs::path& image, std::uint64_t bytes, std::uint64_t ino
   // 4 KiB blocks whatever the size (mke2fs picks 1 KiB under 512 MiB), no
   // reserved blocks, the inode table and journal written lazily (~4 MB of
   // real disk, ~50 ms for 10 GiB).
-  int rc = run({mkfs_, "-q", "-F", "-t", "ext4", "-b", "4096", "-m", "0", "-N", std::to_string(inodes),
+  int rc = run_capture({mkfs_, "-q", "-F", "-t", "ext4", "-b", "4096", "-m", "0", "-N", std::to_string(inodes),
                 "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0", image.string()},
                out);
   if (rc != 0) {

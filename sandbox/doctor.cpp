@@ -6,6 +6,7 @@
 #include "sandbox/disk.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
+#include "sandbox/run_capture.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/uid_range.h"
 
@@ -33,39 +34,17 @@ std::string read_first_line(const std::string& path) {
   return line;
 }
 
-// Runs argv (as the sandbox user when root), returns exit status and stderr.
-int run_capture(std::vector<std::string> argv, std::string& err_text) {
-  int err[2];
-  if (pipe(err) != 0) return -1;
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    int devnull = open("/dev/null", O_RDWR);
-    dup2(devnull, 0);
-    dup2(devnull, 1);
-    if (geteuid() == 0 && (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(126);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(err[1]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(err[0], buf, sizeof buf)) > 0) err_text.append(buf, static_cast<std::size_t>(n));
-  close(err[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+// The probes run as the unprivileged uid sandboxes used to run as, when root.
+std::optional<std::pair<unsigned, unsigned>> probe_user() {
+  if (geteuid() != 0) return std::nullopt;
+  return std::make_pair(65534u, 65534u);
 }
 
 DoctorCheck check_bwrap(const DoctorOptions& o) {
   if (access(o.bwrap.c_str(), X_OK) != 0)
     return {"bubblewrap", Level::Fail, o.bwrap + " not found: install the 'bubblewrap' package (apt install bubblewrap)"};
   std::string err;
-  int rc = run_capture({o.bwrap, "--version"}, err);
+  int rc = run_capture({o.bwrap, "--version"}, err, probe_user());
   return {"bubblewrap", rc == 0 ? Level::Ok : Level::Fail, rc == 0 ? o.bwrap : "bwrap --version failed: " + err};
 }
 
@@ -79,7 +58,7 @@ DoctorCheck check_userns(const DoctorOptions& o) {
   std::string err;
   int rc = run_capture({o.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--proc",
                         "/proc", "--dev", "/dev", "/bin/true"},
-                       err);
+                       err, probe_user());
   if (rc == 0)
     return {"user namespaces", Level::Ok,
             geteuid() == 0 ? "an unprivileged user (uid 65534, probed) can create them; sandboxes run as uids of "
