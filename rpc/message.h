@@ -13,15 +13,15 @@ namespace agentbox::rpc {
 
 using json = nlohmann::json;
 
-// Error codes from the JSON-RPC 2.0 specification, plus the ones MCP adds.
+// Error codes from the JSON-RPC 2.0 specification. The enum is int-backed, so
+// a protocol built on JSON-RPC adds its own codes as further values of it
+// (MCP's are in server/protocol.h; the agent's in its method table).
 enum class ErrorCode : int {
   ParseError = -32700,
   InvalidRequest = -32600,
   MethodNotFound = -32601,
   InvalidParams = -32602,
   InternalError = -32603,
-  ServerNotInitialized = -32002,
-  UnsupportedProtocolVersion = -32022,
 };
 
 struct Error {

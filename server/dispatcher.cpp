@@ -316,7 +316,7 @@ void Dispatcher::dispatch(rpc::Request request) {
     return;
   }
   if (meta.protocol_version && !is_supported_modern_version(*meta.protocol_version)) {
-    send(rpc::make_error(request.id, {rpc::ErrorCode::UnsupportedProtocolVersion,
+    send(rpc::make_error(request.id, {mcp_error::UnsupportedProtocolVersion,
                                       "unsupported protocol version \"" + *meta.protocol_version + "\"",
                                       json{{"supported", supported_versions_json()},
                                            {"requested", *meta.protocol_version}}}));
@@ -329,7 +329,7 @@ void Dispatcher::dispatch(rpc::Request request) {
     return;
   }
   if (route->second.gate == Gate::Initialized && !meta.protocol_version && !initialized()) {
-    send(rpc::make_error(request.id, {rpc::ErrorCode::ServerNotInitialized,
+    send(rpc::make_error(request.id, {mcp_error::ServerNotInitialized,
                                       "server not initialized: send \"initialize\" first (or name a protocol "
                                       "version in _meta)",
                                       nullptr}));

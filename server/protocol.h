@@ -26,6 +26,12 @@ inline constexpr std::string_view kMetaClientCapabilities = "io.modelcontextprot
 inline constexpr std::string_view kMetaClientInfo = "io.modelcontextprotocol/clientInfo";
 inline constexpr std::string_view kMetaServerInfo = "io.modelcontextprotocol/serverInfo";
 
+// The error codes MCP adds to JSON-RPC's own (rpc::ErrorCode).
+namespace mcp_error {
+inline constexpr rpc::ErrorCode ServerNotInitialized = static_cast<rpc::ErrorCode>(-32002);
+inline constexpr rpc::ErrorCode UnsupportedProtocolVersion = static_cast<rpc::ErrorCode>(-32022);
+}  // namespace mcp_error
+
 // A JSON-RPC error raised while serving a request.
 class ProtocolError : public std::runtime_error {
  public:

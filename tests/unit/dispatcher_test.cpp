@@ -123,7 +123,7 @@ TEST_CASE_METHOD(Fixture, "gated methods answer -32002 until the server is initi
   send(request(2, "ping"));
   auto before = output.messages();
   REQUIRE(before.size() == 2);
-  require_error(before[0], 1, ErrorCode::ServerNotInitialized);
+  require_error(before[0], 1, server::mcp_error::ServerNotInitialized);
   CHECK(before[1] == rpc::make_result(2, json::object()));
   CHECK(runs == 0);
 
@@ -162,7 +162,7 @@ TEST_CASE_METHOD(Fixture, "an unsupported modern version is -32022 listing the s
   });
   send(request(4, "ping", modern_params("2099-01-01")));
   auto reply = only_message();
-  require_error(reply, 4, ErrorCode::UnsupportedProtocolVersion);
+  require_error(reply, 4, server::mcp_error::UnsupportedProtocolVersion);
   CHECK(reply["error"]["data"]["supported"] == server::supported_versions_json());
   CHECK(reply["error"]["data"]["requested"] == "2099-01-01");
   CHECK_FALSE(ran);
