@@ -12,7 +12,7 @@
 //      and, on a server started with --shell-idle-timeout 300ms, after the
 //      shell idled out; and what the next exec pays for a fresh shell.
 // Usage: node bench/exec_bench.mjs [--bin build/agentbox] [--iterations 200]
-//        [--cold 20] [--json]
+//        [--cold 20] [--json] [--bench-plan BIN_DIR/agentbox-bench-plan]
 import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -32,6 +32,8 @@ function option(name, fallback) {
   return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
 }
 const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
+// The baseline's bwrap argv comes from a bench program built next to agentbox.
+const BENCH_PLAN = resolve(option('bench-plan', join(dirname(BIN), 'agentbox-bench-plan')));
 const N = Number(option('iterations', 200));
 const COLD = Number(option('cold', 20));
 const JSON_OUT = process.argv.includes('--json');
@@ -79,9 +81,9 @@ async function callExec(client, args) {
 
 // The baseline: bwrap with the very plan a sandbox gets (namespaces, binds,
 // generated /etc; as root, run as the sandbox uid as sandboxes are), running
-// /bin/true instead of the agent (`agentbox bench-plan`, sandbox/bare_plan.h).
+// /bin/true instead of the agent (`agentbox-bench-plan`, bench/bare_plan.h).
 function barePlan(dir) {
-  const argv = JSON.parse(execFileSync(BIN, ['bench-plan', dir], { encoding: 'utf8' }));
+  const argv = JSON.parse(execFileSync(BENCH_PLAN, [dir], { encoding: 'utf8' }));
   const asSandboxUser = process.getuid() === 0 ? { uid: 65534, gid: 65534 } : {};
   return () => spawnSync(argv[0], argv.slice(1), asSandboxUser);
 }

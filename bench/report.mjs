@@ -147,7 +147,11 @@ function execBench(opts, bin) {
   const g = 'exec_bench.mjs';
   const script = join(HERE, g);
   if (!existsSync(script)) return [missing(g, g)];
-  const args = [script, '--json', '--bin', bin, ...(opts.quick ? ['--iterations', '50', '--cold', '10'] : [])];
+  // The cold-start baseline's argv (bench/bare_plan.h), a bench program of its own.
+  const plan = join(opts.build, 'agentbox-bench-plan');
+  if (!existsSync(plan)) return [missing(g, 'agentbox-bench-plan binary')];
+  const args = [script, '--json', '--bin', bin, '--bench-plan', plan,
+    ...(opts.quick ? ['--iterations', '50', '--cold', '10'] : [])];
   const r = run(process.execPath, args, 900_000);
   if (!r.ok) return [failed(g, g, r.error)];
   let j;

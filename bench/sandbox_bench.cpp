@@ -9,7 +9,7 @@
 //      side) and of every process of one idle sandbox: with its session
 //      shell alive, and after the shell idled out (--shell-idle-ms).
 // Usage: sandbox_bench AGENT_BINARY [iterations] [gap_ms between cold starts, default 150]
-#include "sandbox/bare_plan.h"
+#include "bench/bare_plan.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/manager.h"
 
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   // The bare plan binds by path, run as the sandbox uid: not under the
   // server's own 0700 sandboxes/ (sandboxes get their dirs as fds).
   if (root) chmod(options.state_dir.c_str(), 0711);
-  auto bare_argv = bare_plan_argv(options.state_dir / "bare");
+  auto bare_argv = agentbox::bench::bare_plan_argv(options.state_dir / "bare");
   int cold_n = std::max(10, n / 10);
   struct Mode {
     ManagerOptions::Spare spare;

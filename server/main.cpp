@@ -8,7 +8,6 @@
 #include "server/replay.h"
 #include "server/transport.h"
 #include "sandbox/agent.h"
-#include "sandbox/bare_plan.h"
 #include "sandbox/doctor.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
@@ -192,11 +191,6 @@ int main(int argc, char** argv) {
     if (command == "doctor") return doctor(args);
     if (command == "snapshot") return persistence::snapshot_main(with_state_dir(args));
     if (command == "sandbox") return persistence::sandbox_cli_main(with_state_dir(args));
-    if (command == "bench-plan" && args.size() == 1) {
-      // For bench/exec_bench.mjs: the baseline bwrap argv, as JSON.
-      std::cout << nlohmann::json(sandbox::bare_plan_argv(args[0])).dump() << "\n";
-      return 0;
-    }
     if (command == "version" || command == "--version") {
       std::cout << "agentbox " << AGENTBOX_VERSION << "\n";
       return 0;

@@ -1,11 +1,13 @@
-#include "sandbox/bare_plan.h"
+#include "bench/bare_plan.h"
 
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/host_dirs.h"
 
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::bench {
+
+using namespace agentbox::sandbox;
 
 std::vector<std::string> bare_plan_argv(const std::filesystem::path& dir) {
   BwrapOptions plan;
@@ -20,4 +22,4 @@ std::vector<std::string> bare_plan_argv(const std::filesystem::path& dir) {
   return bwrap_argv(plan);
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::bench
