@@ -11,7 +11,7 @@
 #pragma once
 
 #include "persistence/catalog.h"
-#include "sandbox/doctor.h"
+#include "sandbox/doctor_check.h"
 
 #include <optional>
 #include <string>

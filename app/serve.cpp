@@ -1,18 +1,16 @@
-// agentbox: an MCP server that gives AI agents sandboxed Linux machines.
-// Subcommands: serve (default), doctor, replay, agent (inside a sandbox), version.
+// `agentbox serve` wired together: options -> sandbox manager -> tools -> MCP
+// server on stdio, and the orderly stop at the end of input or on a signal.
+#include "app/serve.h"
+
+#include "app/options.h"
 #include "server/conversation.h"
 #include "server/dispatcher.h"
 #include "server/logging.h"
 #include "server/mcp_server.h"
-#include "server/options.h"
-#include "server/replay.h"
 #include "server/transport.h"
-#include "sandbox/agent.h"
-#include "sandbox/doctor.h"
 #include "sandbox/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/uid_range.h"
-#include "persistence/cli.h"
 #include "tools/register.h"
 
 #include <spdlog/spdlog.h>
@@ -22,33 +20,18 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <iostream>
 #include <pthread.h>
 #include <thread>
 #include <unistd.h>
 
-#ifndef AGENTBOX_VERSION
-#define AGENTBOX_VERSION "0.0.0"
-#endif
-
-namespace {
-
-using namespace agentbox;
-
-constexpr const char* kUsage =
-    "usage: agentbox [serve] [options]     MCP server on stdin/stdout (agentbox serve --help)\n"
-    "       agentbox doctor [--state-dir DIR]     check what this host allows and what to change\n"
-    "       agentbox replay FILE [-- SERVE_ARGS...]   replay a transcript against a fresh server\n"
-    "       agentbox snapshot list|show|restore|prune ...   snapshots in the state directory\n"
-    "       agentbox sandbox list|destroy ...   sandboxes in the state directory\n"
-    "       agentbox version\n";
+namespace agentbox::app {
 
 // Hosts kill a server that has not exited ~2 s after closing its stdin; if a
 // clean shutdown stalls, leave anyway before that.
 constexpr auto kShutdownDeadline = std::chrono::milliseconds(1500);
 
 int serve(const std::vector<std::string>& args) {
-  auto options = server::parse_serve_options(args);
+  auto options = parse_serve_options(args);
   if (!options) return 0;
   server::setup_logging(options->log_level);
 
@@ -150,62 +133,4 @@ int serve(const std::vector<std::string>& args) {
   return 0;
 }
 
-// The arguments with --state-dir added (the default) when they name none.
-std::vector<std::string> with_state_dir(std::vector<std::string> args) {
-  for (const auto& a : args) {
-    if (a.rfind("--state-dir", 0) == 0) return args;
-  }
-  args.push_back("--state-dir");
-  args.push_back(server::default_state_dir().string());
-  return args;
-}
-
-int doctor(std::vector<std::string> args) {
-  bool has_state_dir = false;
-  for (const auto& a : args) has_state_dir |= a.rfind("--state-dir", 0) == 0;
-  if (!has_state_dir) {
-    args.push_back("--state-dir");
-    args.push_back(server::default_state_dir().string());
-  }
-  std::vector<char*> argv = {const_cast<char*>("doctor")};
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return sandbox::doctor_main(static_cast<int>(argv.size() - 1), argv.data());
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::string command = "serve";
-  bool is_flag = !args.empty() && args[0].rfind("-", 0) == 0 && args[0] != "--version" && args[0] != "--help" &&
-                 args[0] != "-h";
-  if (!args.empty() && !is_flag) {
-    command = args[0];
-    args.erase(args.begin());
-  }
-  try {
-    if (command == "serve") return serve(args);
-    if (command == "replay") return server::replay_main(argv[0], args);
-    if (command == "agent") return sandbox::agent_main(argc - 1, argv + 1);
-    if (command == "doctor") return doctor(args);
-    if (command == "snapshot") return persistence::snapshot_main(with_state_dir(args));
-    if (command == "sandbox") return persistence::sandbox_cli_main(with_state_dir(args));
-    if (command == "version" || command == "--version") {
-      std::cout << "agentbox " << AGENTBOX_VERSION << "\n";
-      return 0;
-    }
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-    std::cerr << "agentbox: unknown command '" << command << "'\n" << kUsage;
-    return 2;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "agentbox " << command << ": " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "agentbox " << command << ": " << e.what() << "\n";
-    return 1;
-  }
-}
+}  // namespace agentbox::app

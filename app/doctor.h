@@ -6,27 +6,24 @@
 #pragma once
 
 #include "sandbox/disk.h"
+#include "sandbox/doctor_check.h"
 #include "sandbox/limits.h"
 
 #include <string>
 #include <vector>
 
-namespace agentbox::sandbox {
+namespace agentbox::app {
 
-struct DoctorCheck {
-  std::string name;
-  enum class Level { Ok, Warn, Fail } level = Level::Ok;
-  std::string detail;
-};
+using sandbox::DoctorCheck;
 
 struct DoctorOptions {
   std::string bwrap = "/usr/bin/bwrap";
   std::string state_dir;   // the one `serve` uses (the caller resolves the default); empty fails
   bool start_sandbox = true;
   std::vector<std::string> agent_args = {"agent"};  // how this binary runs the agent
-  double cpus = default_cpu_quota();  // the CPU quota to report (serve --cpus)
+  double cpus = sandbox::default_cpu_quota();  // the CPU quota to report (serve --cpus)
   std::string uid_range;  // serve's --uid-range START:COUNT; empty: its default
-  DiskOptions disk;  // the workspace limit to check (serve --workspace-limit)
+  sandbox::DiskOptions disk;  // the workspace limit to check (serve --workspace-limit)
 };
 
 std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);
@@ -34,4 +31,4 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);
 // argv: [--state-dir DIR] [--bwrap PATH] [--cpus N] [--uid-range START:COUNT] [--no-sandbox]
 int doctor_main(int argc, char** argv);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::app

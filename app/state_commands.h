@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-namespace agentbox::persistence {
+namespace agentbox::app {
 
 // args: everything after "snapshot" / "sandbox"; must include --state-dir DIR.
 int snapshot_main(const std::vector<std::string>& args);
 int sandbox_cli_main(const std::vector<std::string>& args);
 
-}  // namespace agentbox::persistence
+}  // namespace agentbox::app

@@ -1,4 +1,4 @@
-#include "server/replay.h"
+#include "app/replay.h"
 
 #include "rpc/framing.h"
 #include "rpc/json_parse.h"
@@ -32,7 +32,10 @@ namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-namespace agentbox::server {
+namespace agentbox::app {
+
+// The transcript format is the server's (--record writes it).
+using namespace agentbox::server;
 
 namespace {
 
@@ -263,4 +266,4 @@ int replay_main(const std::string& self, const std::vector<std::string>& args) {
   return 1;
 }
 
-}  // namespace agentbox::server
+}  // namespace agentbox::app

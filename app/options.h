@@ -1,5 +1,6 @@
 // Command-line options of `agentbox serve`, parsed with Boost.Program_options
-// (also from an INI-style --config file; the command line wins).
+// (also from an INI-style --config file; the command line wins), and the
+// default state directory every command uses.
 #pragma once
 
 #include <chrono>
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace agentbox::server {
+namespace agentbox::app {
 
 struct ServeOptions {
   std::filesystem::path state_dir;
@@ -45,4 +46,4 @@ std::chrono::milliseconds parse_duration(const std::string& text);
 // $XDG_STATE_HOME/agentbox, else ~/.local/state/agentbox.
 std::filesystem::path default_state_dir();
 
-}  // namespace agentbox::server
+}  // namespace agentbox::app

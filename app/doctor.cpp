@@ -1,4 +1,4 @@
-#include "sandbox/doctor.h"
+#include "app/doctor.h"
 
 #include "persistence/recovery.h"
 #include "persistence/store.h"
@@ -20,7 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::app {
+
+// The checks are of the sandbox layer's requirements, in its own terms.
+using namespace agentbox::sandbox;
 
 namespace fs = std::filesystem;
 using Level = DoctorCheck::Level;
@@ -226,4 +229,4 @@ int doctor_main(int argc, char** argv) {
   return ok ? 0 : 1;
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::app

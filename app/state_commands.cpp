@@ -1,4 +1,4 @@
-#include "persistence/cli.h"
+#include "app/state_commands.h"
 
 #include "persistence/recovery.h"
 #include "persistence/sandbox_lock.h"
@@ -12,7 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace agentbox::persistence {
+namespace agentbox::app {
+
+// These commands work on the catalog and archives directly.
+using namespace agentbox::persistence;
 
 namespace fs = std::filesystem;
 
@@ -312,4 +315,4 @@ int sandbox_cli_main(const std::vector<std::string>& raw) {
   return 2;
 }
 
-}  // namespace agentbox::persistence
+}  // namespace agentbox::app

@@ -1,4 +1,4 @@
-#include "server/options.h"
+#include "app/options.h"
 
 #include "sandbox/uid_range.h"
 #include "sandbox/disk.h"
@@ -14,7 +14,7 @@
 
 namespace po = boost::program_options;
 
-namespace agentbox::server {
+namespace agentbox::app {
 
 std::chrono::milliseconds parse_duration(const std::string& text) {
   std::size_t used = 0;
@@ -137,4 +137,4 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   return out;
 }
 
-}  // namespace agentbox::server
+}  // namespace agentbox::app

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-namespace agentbox::server {
+namespace agentbox::app {
 
 // Returns 0 when the server behaved as recorded, 1 on differences, 2 on a
 // usage or setup error.
 int replay_main(const std::string& self, const std::vector<std::string>& args);
 
-}  // namespace agentbox::server
+}  // namespace agentbox::app
