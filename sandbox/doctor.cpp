@@ -3,6 +3,7 @@
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/errors.h"
+#include "sandbox/limits_report.h"
 #include "sandbox/manager.h"
 #include "sandbox/seccomp.h"
 
@@ -99,19 +100,16 @@ std::string cpus_text(double cpus) {
 
 DoctorCheck check_cgroups(const DoctorOptions& o) {
   CgroupSupport s = detect_cgroups();
-  if (s.writable) {
-    std::string cpu;
-    if (!s.has_cpu) cpu = "; no cpu controller: CPU is neither weighted nor capped per sandbox";
-    else if (o.cpus <= 0) cpu = "; CPU weighted per sandbox, no quota (--cpus 0)";
-    else cpu = "; CPU quota " + cpus_text(o.cpus) + " per sandbox (" +
-               (s.version == CgroupSupport::Version::V2 ? "cpu.max" : "cpu.cfs_quota_us") + ", --cpus)";
-    return {"cgroups", s.has_cpu || o.cpus <= 0 ? Level::Ok : Level::Warn,
-            s.detail + "; memory and process limits per sandbox" + cpu};
-  }
+  // Which limits hold and how, one per line, in plain words (limits_report.cpp).
+  Limits limits;
+  limits.cpus = o.cpus;
+  std::string held;
+  for (const auto& line : limits_lines(s, limits)) held += "\n        " + line;
+  if (s.writable)
+    return {"cgroups", s.has_cpu || o.cpus <= 0 ? Level::Ok : Level::Warn, s.detail + "; limits per sandbox:" + held};
   return {"cgroups", Level::Warn,
-          s.detail + ". Sandboxes still run, limited by rlimits only (per-process memory, a process count per "
-                     "sandbox); a memory bomb can then use the host's memory up to those limits, and there is "
-                     "no CPU quota (--cpus needs the cpu controller)."};
+          s.detail + ". Sandboxes still run, limited by rlimits only; a memory bomb of many processes can use the "
+                     "host's memory, and CPU is not capped:" + held};
 }
 
 DoctorCheck check_seccomp() {

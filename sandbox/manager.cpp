@@ -111,7 +111,7 @@ AgentClient& Lease::agent() const {
 Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   root_ = geteuid() == 0;
   cgroups_ = detect_cgroups();
-  spdlog::info("sandboxes: {}; network {}", cgroups_.detail, options_.network_host ? "host" : "none");
+  log_limits(cgroups_, options_.limits, options_.network_host);
   if (root_ && !stages())
     spdlog::warn("this root server may not make mount namespaces (no CAP_SYS_ADMIN?): sandboxes bind their "
                  "directories by path, so the state directory's parents must be traversable by uid {}",
@@ -133,9 +133,8 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   auto report = persistence::recover(layout_, *catalog_);
   for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
   for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
-  agent_binary_ = options_.agent_binary.empty() ? default_agent() : options_.agent_binary;
-  // bwrap binds the agent from this fd: when bwrap runs as the sandbox user,
-  // that user need not be able to reach the binary's path.
+  agent_copy_.emplace(options_.agent_binary.empty() ? default_agent() : options_.agent_binary, options_.state_dir);
+  agent_binary_ = agent_copy_->path();  // by fd from a copy mountinfo does not name (bwrap_plan.h AgentCopy)
   agent_fd_ = open(agent_binary_.c_str(), O_PATH | O_CLOEXEC);
   if (agent_fd_ < 0)
     throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot open the agent " + agent_binary_.string(), errno));
@@ -268,6 +267,7 @@ BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
   plan.network_host = options_.network_host;
   plan.agent_binary = agent_binary_;
   plan.agent_fd = kAgentFdInBwrap;
+  plan.tmpfs_bytes = options_.limits.tmpfs_bytes;
   if (stages()) plan.staged_dir = kStagingDir;
   return plan;
 }

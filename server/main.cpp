@@ -78,6 +78,7 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.agent_args.insert(sandbox_options.agent_args.end(),
                                     {"--shell-idle-ms", std::to_string(options->shell_idle.count())});
   if (options->cpus) sandbox_options.limits.cpus = *options->cpus;
+  if (options->tmpfs_bytes) sandbox_options.limits.tmpfs_bytes = *options->tmpfs_bytes;
   sandbox_options.spare = options->spare == "none"   ? sandbox::ManagerOptions::Spare::None
                           : options->spare == "warm" ? sandbox::ManagerOptions::Spare::Warm
                                                      : sandbox::ManagerOptions::Spare::Prepared;

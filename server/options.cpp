@@ -32,6 +32,22 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
   return std::chrono::milliseconds(static_cast<long long>(ms));
 }
 
+// "64M", "1G", "65536": bytes with an optional K/M/G (binary) suffix.
+std::uint64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("not a size: '" + text + "' (try 64M, 1G, 65536)");
+  }
+  std::string unit = text.substr(used);
+  int shift = unit.empty() ? 0 : unit == "K" || unit == "k" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (shift < 0 || text[0] == '-' || value > (~0ull >> shift))
+    throw std::invalid_argument("not a size: '" + text + "' (use a number of bytes with K, M or G)");
+  return value << shift;
+}
+
 std::filesystem::path default_state_dir() {
   if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "agentbox";
   const char* home = std::getenv("HOME");
@@ -44,7 +60,7 @@ std::filesystem::path default_state_dir() {
 }
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
-  std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle;
+  std::string tmpfs_size, state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -71,6 +87,8 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
       ("test-tools", po::bool_switch(&out.test_tools), "also offer the test fixtures (for the test suite)")
       ("cpus", po::value<double>(), "CPU quota per sandbox in CPUs, e.g. 1.5; 0 = none (default: all CPUs but one, "
                                     "at least 1; needs the cgroup cpu controller)")
+      ("tmpfs-size", po::value(&tmpfs_size), "size of each tmpfs in a sandbox (/dev/shm, /run), e.g. 64M "
+                                             "(default 64M; RAM, counted in the sandbox's memory cgroup if any)")
       ("spare", po::value(&spare), "what is made ready for the next new conversation: none, prepared (default: "
                                    "directories, cgroup and launcher) or warm (a running spare sandbox)");
 
@@ -109,6 +127,10 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
     if (!(cpus >= 0) || cpus > 4096) throw std::invalid_argument("--cpus must be 0 (no quota) or a number of CPUs");
     if (cpus > 0 && cpus < 0.01) throw std::invalid_argument("--cpus must be at least 0.01 (or 0 for no quota)");
     out.cpus = cpus;
+  }
+  if (!tmpfs_size.empty()) {
+    out.tmpfs_bytes = parse_bytes(tmpfs_size);
+    if (*out.tmpfs_bytes < 4096) throw std::invalid_argument("--tmpfs-size must be at least 4096 bytes");
   }
   if (!spare.empty()) {
     if (spare != "none" && spare != "prepared" && spare != "warm")

@@ -26,6 +26,7 @@ struct ServeOptions {
   std::size_t spin_us = 200;  // stdin is polled this long without sleeping in a burst of requests; 0 = never
   bool test_tools = false;
   std::optional<double> cpus;     // CPU quota per sandbox in CPUs, 0 = none (default: all CPUs but one)
+  std::optional<std::uint64_t> tmpfs_bytes;  // size of each tmpfs in a sandbox (default 64 MiB)
   std::string spare = "prepared";  // none | prepared | warm: what is ready for the next new conversation
 };
 
@@ -36,6 +37,8 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
 
 // "10m", "30s", "250ms", "1h", or a bare number of seconds.
 std::chrono::milliseconds parse_duration(const std::string& text);
+// Bytes with an optional K, M or G suffix (binary units): "64M".
+std::uint64_t parse_bytes(const std::string& text);
 
 // $XDG_STATE_HOME/agentbox, else ~/.local/state/agentbox.
 std::filesystem::path default_state_dir();
