@@ -1,5 +1,6 @@
 #include "sandbox/agent.h"
 
+#include "os/errno_text.h"
 #include "rpc/framing.h"
 #include "rpc/message.h"
 #include "sandbox/agent_files.h"
@@ -9,7 +10,7 @@
 #include "sandbox/file_paths.h"
 #include "sandbox/seccomp.h"
 #include "sandbox/session_queue.h"
-#include "sandbox/thread_cache.h"
+#include "os/thread_cache.h"
 
 #include <cerrno>
 #include <csignal>
@@ -95,16 +96,17 @@ AgentOptions parse_options(int argc, char** argv) {
       return std::stoull(argv[++i]);
     };
     if (arg == "agent") continue;  // the subcommand name, when called through main
-    if (arg == "--no-seccomp") o.seccomp = false;
-    else if (arg == "--nproc") o.rlimits.emplace_back(RLIMIT_NPROC, value());
-    else if (arg == "--fsize") o.rlimits.emplace_back(RLIMIT_FSIZE, value());
-    else if (arg == "--nofile") o.rlimits.emplace_back(RLIMIT_NOFILE, value());
-    else if (arg == "--data") o.rlimits.emplace_back(RLIMIT_DATA, value());
-    else if (arg == "--output-chars") o.config.inline_output_chars = value();
-    else if (arg == "--head-bytes") o.config.process_head_bytes = value();
-    else if (arg == "--tail-bytes") o.config.process_tail_bytes = value();
-    else if (arg == "--shell-idle-ms") o.config.shell_idle = std::chrono::milliseconds(value());
-    else if (arg == "--workspace-limit") set_workspace_limit(value());
+    namespace opt = contract::agent_options;
+    if (arg == opt::kNoSeccomp) o.seccomp = false;
+    else if (arg == opt::kNproc) o.rlimits.emplace_back(RLIMIT_NPROC, value());
+    else if (arg == opt::kFsize) o.rlimits.emplace_back(RLIMIT_FSIZE, value());
+    else if (arg == opt::kNofile) o.rlimits.emplace_back(RLIMIT_NOFILE, value());
+    else if (arg == opt::kData) o.rlimits.emplace_back(RLIMIT_DATA, value());
+    else if (arg == opt::kOutputChars) o.config.inline_output_chars = value();
+    else if (arg == opt::kHeadBytes) o.config.process_head_bytes = value();
+    else if (arg == opt::kTailBytes) o.config.process_tail_bytes = value();
+    else if (arg == opt::kShellIdleMs) o.config.shell_idle = std::chrono::milliseconds(value());
+    else if (arg == opt::kWorkspaceLimit) set_workspace_limit(value());
     else throw SandboxError(codes::kInvalidArguments, "unknown agent option " + arg);
   }
   for (char** e = environ; *e; ++e) o.config.environment.emplace_back(*e);
@@ -117,7 +119,7 @@ void apply_rlimits(const AgentOptions& o) {
   for (const auto& [resource, value] : o.rlimits) {
     rlimit limit{value, value};
     if (setrlimit(resource, &limit) != 0)
-      throw SandboxError(codes::kInternal, errno_message("setrlimit", errno));
+      throw SandboxError(codes::kInternal, os::errno_text("setrlimit", errno));
   }
 }
 
@@ -173,7 +175,7 @@ class AgentServer {
 
   static bool quick(const rpc::Request& request, std::size_t line_bytes) {
     if (line_bytes > kQuickLineBytes) return false;
-    return request.method == "hello" || request.method == "status" || quick_file_call(request.method, request.params);
+    return request.method == "hello" || request.method == "status" || contract::quick_file_call(request.method, request.params);
   }
 
   void dispatch(rpc::Request& request, std::size_t line_bytes) {
@@ -220,10 +222,10 @@ class AgentServer {
     try {
       reply = rpc::make_result(call.id(), method(call));
     } catch (const SandboxError& e) {
-      reply = rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+      reply = rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(contract::kAgentErrorCode), e.what(),
                                                     json{{"code", e.code()}}});
     } catch (const std::exception& e) {
-      reply = rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+      reply = rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(contract::kAgentErrorCode), e.what(),
                                                     json{{"code", codes::kInternal}}});
     }
     return reply;
@@ -233,7 +235,7 @@ class AgentServer {
     try {
       place.wait(call);
     } catch (const SandboxError& e) {
-      return rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(kAgentErrorCode), e.what(),
+      return rpc::make_error(call.id(), rpc::Error{static_cast<rpc::ErrorCode>(contract::kAgentErrorCode), e.what(),
                                                    json{{"code", e.code()}}});
     }
     return serve(call, method);
@@ -258,7 +260,7 @@ class AgentServer {
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<AgentRequest>> active_;
   SessionQueue order_;
-  ThreadCache threads_;
+  os::ThreadCache threads_;
 };
 
 }  // namespace
@@ -293,7 +295,7 @@ int agent_main(int argc, char** argv) {
     apply_rlimits(options);
     // Before any thread exists, so every thread and child is covered.
     if (options.seccomp) install_seccomp_filter();
-    mkdir(kRuntimeDir, 0700);
+    mkdir(contract::kRuntimeDir, 0700);
     AgentServer server(options);
     return server.run();
   } catch (const std::exception& e) {

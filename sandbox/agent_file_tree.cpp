@@ -2,6 +2,7 @@
 // (agent_files.h): operations on entries and trees.
 #include "sandbox/agent_files.h"
 
+#include "os/utf8.h"
 #include "sandbox/file_paths.h"
 #include "sandbox/output_buffer.h"
 
@@ -419,7 +420,7 @@ json file_search(AgentRequest& request, const FileEnv& env) {
       if (line > skip_to && regex.matches(at, line_end)) {
         std::string_view text(at, static_cast<std::size_t>(line_end - at));
         if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
-        json m = {{"path", path}, {"line", line}, {"text", std::string(utf8_prefix(text, kMaxLineChars))}};
+        json m = {{"path", path}, {"line", line}, {"text", std::string(os::utf8_prefix(text, kMaxLineChars))}};
         if (text.size() > kMaxLineChars) m["text_truncated"] = true;
         std::size_t cost = entry_cost(m, json(path).dump().size() + m["text"].dump().size());
         if (matches.size() >= max_results || !fits(used, cost, path + ":" + std::to_string(line), env.inline_chars, matches.empty())) {

@@ -1,6 +1,7 @@
 // file.read, file.write, file.edit and the method table (agent_files.h).
 #include "sandbox/agent_files.h"
 
+#include "os/unique_fd.h"
 #include "sandbox/base64.h"
 #include "sandbox/file_paths.h"
 #include "sandbox/output_buffer.h"
@@ -28,16 +29,6 @@ namespace agentbox::sandbox {
 namespace {
 
 constexpr std::size_t kScanChunk = 64 * 1024;
-
-struct Fd {
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-  int fd;
-};
 
 // RLIMIT_FSIZE raises SIGXFSZ, whose default action would end the agent.
 // Blocked in the writing thread, the write fails with EFBIG instead; the
@@ -200,7 +191,7 @@ json file_read(const json& params, const FileEnv& env) {
     throw SandboxError(codes::kInvalidArguments, "give either offset or start_line, not both");
 
   struct stat st;
-  Fd fd(open_regular(path, st));
+  os::UniqueFd fd(open_regular(path, st));
   std::uint64_t offset = static_cast<std::uint64_t>(optional_int(params, "offset", 0));
   bool explicit_length = has(params, "length");
   // A page is shown twice, in the text and in structuredContent, and both
@@ -211,20 +202,20 @@ json file_read(const json& params, const FileEnv& env) {
   std::int64_t start_line = 0;
   if (by_lines) {
     start_line = optional_int(params, "start_line", 1);
-    offset = skip_lines(fd.fd, 0, start_line - 1, path);
+    offset = skip_lines(fd.get(), 0, start_line - 1, path);
     if (has(params, "line_count")) {
-      std::uint64_t end = skip_lines(fd.fd, offset, optional_int(params, "line_count", 1), path);
+      std::uint64_t end = skip_lines(fd.get(), offset, optional_int(params, "line_count", 1), path);
       limit = std::min<std::uint64_t>(limit, end - offset);
     }
   }
 
   json result = {{"path", path}, {"encoding", encoding}};
-  std::string head = pread_some(fd.fd, 0, 64, path);
+  std::string head = pread_some(fd.get(), 0, 64, path);
   if (text) {
     // A page that starts inside a UTF-8 sequence backs up to its first byte.
     std::size_t back = static_cast<std::size_t>(std::min<std::uint64_t>(offset, 3));
     std::size_t wanted = back + limit + 4;  // 4: room to finish a character that starts before the limit
-    std::string data = pread_some(fd.fd, offset - back, wanted, path);
+    std::string data = pread_some(fd.get(), offset - back, wanted, path);
     bool at_eof = data.size() < wanted;
     std::size_t start = back;
     while (start > 0 && start < data.size() && (static_cast<unsigned char>(data[start]) & 0xC0) == 0x80) --start;
@@ -246,7 +237,7 @@ json file_read(const json& params, const FileEnv& env) {
       result["end_line"] = start_line + newlines - (ends_line || content.empty() ? 1 : 0);
     }
   } else {
-    std::string data = pread_some(fd.fd, offset, limit + 1, path);
+    std::string data = pread_some(fd.get(), offset, limit + 1, path);
     bool more = data.size() > limit;
     if (more) data.resize(limit);
     result["content"] = base64_encode(data);
@@ -299,11 +290,11 @@ mode_t default_file_mode() {
 // renames a named temporary file.
 bool link_new_file(const std::string& dir, const std::string& target, std::string_view data, bool sync,
                    bool no_replace) {
-  Fd fd(open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666));  // the umask applies, as for any new file
-  if (fd.fd < 0) return false;
-  write_all(fd.fd, data, target);
-  if (sync && fsync(fd.fd) != 0) throw file_error(errno, "cannot flush", target);
-  std::string self = "/proc/self/fd/" + std::to_string(fd.fd);
+  os::UniqueFd fd(open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666));  // the umask applies, as for any new file
+  if (fd.get() < 0) return false;
+  write_all(fd.get(), data, target);
+  if (sync && fsync(fd.get()) != 0) throw file_error(errno, "cannot flush", target);
+  std::string self = "/proc/self/fd/" + std::to_string(fd.get());
   if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, target.c_str(), AT_SYMLINK_FOLLOW) != 0) {
     if (errno == EEXIST && no_replace) throw file_error(errno, "cannot create", target);
     return false;
@@ -460,11 +451,11 @@ json file_write(const json& params, const FileEnv& env) {
   std::string target = writable_target(path);
   // Held (O_PATH: no access needed, a FIFO does not block) until the reply
   // is sent, so that a replaced file's blocks are freed after it.
-  Fd old(open(target.c_str(), O_PATH | O_CLOEXEC));
+  os::UniqueFd old(open(target.c_str(), O_PATH | O_CLOEXEC));
   struct stat st;
   // Any failure but ENOENT (EMFILE, say) is asked again without a
   // descriptor, as before: an existing file must not pass for a new one.
-  bool exists = old.fd >= 0 ? fstat(old.fd, &st) == 0 : errno != ENOENT && stat(target.c_str(), &st) == 0;
+  bool exists = old.get() >= 0 ? fstat(old.get(), &st) == 0 : errno != ENOENT && stat(target.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) throw SandboxError(codes::kIsDirectory, path + " is a directory");
   if (exists && mode == "create")
     throw SandboxError(codes::kFileExists, path + " already exists; use mode \"overwrite\" to replace it");
@@ -491,14 +482,14 @@ json file_write(const json& params, const FileEnv& env) {
     // under bwrap --as-pid-1).
     BlockFileSizeSignal guard;
     // O_NONBLOCK: a FIFO swapped in since the stat must not hang the agent.
-    Fd fd(open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666));
-    if (fd.fd < 0) throw file_error(errno, "cannot open", path);
-    write_all(fd.fd, *data, path);
-    if (sync && fsync(fd.fd) != 0) throw file_error(errno, "cannot flush", path);
+    os::UniqueFd fd(open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666));
+    if (fd.get() < 0) throw file_error(errno, "cannot open", path);
+    write_all(fd.get(), *data, path);
+    if (sync && fsync(fd.get()) != 0) throw file_error(errno, "cannot flush", path);
   } else {
     replace_file(target, *data, exists ? std::optional<mode_t>(st.st_mode & 07777) : std::nullopt, sync,
                  mode == "create");
-    close_after_reply(std::exchange(old.fd, -1));
+    close_after_reply(old.release());
   }
   return {{"path", target}, {"bytes_written", data->size()}, {"size", final_size}, {"created", !exists}};
 }
@@ -609,11 +600,11 @@ json file_edit(const json& params, const FileEnv& env) {
 
   std::string target = writable_target(path);
   struct stat st;
-  Fd fd(open_regular(target, st));
+  os::UniqueFd fd(open_regular(target, st));
   if (static_cast<std::uint64_t>(st.st_size) > kMaxEditBytes)
     throw SandboxError(codes::kFileTooLarge, path + " is " + std::to_string(st.st_size) + " bytes; file_edit works on files up to " +
                                              std::to_string(kMaxEditBytes) + " bytes (use exec with sed for bigger ones)");
-  std::string before = pread_some(fd.fd, 0, kMaxEditBytes + 1, path);
+  std::string before = pread_some(fd.get(), 0, kMaxEditBytes + 1, path);
   if (!looks_text(before, false))
     throw binary_error(path, before.size(), before.substr(0, 64));
 
@@ -650,23 +641,11 @@ json file_edit(const json& params, const FileEnv& env) {
     BlockFileSizeSignal guard;
     replace_file(target, after, st.st_mode & 07777, params.value("sync", false), false);
   }
-  close_after_reply(std::exchange(fd.fd, -1));
+  close_after_reply(fd.release());
   return {{"path", target},
           {"replacements", positions.size()},
           {"size", after.size()},
           {"diff", edit_diff(target, before, positions, old_string.size(), new_string)}};
-}
-
-bool quick_file_call(std::string_view method, const json& params) {
-  // Present, not null and not false.
-  auto is_set = [&params](const char* name) {
-    auto it = params.is_object() ? params.find(name) : params.end();
-    return it != params.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
-  };
-  if (method == "file.read") return !is_set("start_line") && !is_set("line_count");
-  if (method == "file.write") return !is_set("sync");
-  if (method == "file.delete") return !is_set("recursive");
-  return method == "file.stat" || method == "file.mkdir";
 }
 
 void register_file_methods(MethodTable& table, SessionResolver resolve, const AgentConfig& config) {

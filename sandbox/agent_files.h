@@ -30,7 +30,7 @@ inline constexpr std::size_t kMaxSearchResults = 1'000;
 // What every operation needs besides its parameters.
 struct FileEnv {
   std::string cwd = "/workspace";     // the session's working directory
-  std::size_t inline_chars = 30'000;  // the inline cap (shown_cost of a page)
+  std::size_t inline_chars = contract::kInlineOutputChars;  // the inline cap (shown_cost of a page)
 };
 
 json file_read(const json& params, const FileEnv& env);
@@ -44,14 +44,6 @@ json file_list(const json& params, const FileEnv& env);
 json file_search(AgentRequest& request, const FileEnv& env);
 
 void register_file_methods(MethodTable& table, SessionResolver resolve, const AgentConfig& config);
-
-// Whether a file method with these params is bounded and never waits, so it
-// may be served on a reader thread: the agent's (sandbox/agent.cpp) and the
-// server's stdin reader (tools/file_tools.cpp) use this one rule. Not
-// file.move (across mounts it copies a tree), list, search or edit; not a
-// read by line range (found by reading from the file's start), a write with
-// sync (an fsync waits for the disk) or a recursive delete.
-bool quick_file_call(std::string_view method, const json& params);
 
 // A file replaced by a write or an edit keeps its blocks until its last
 // reference goes, and freeing them can cost more than the write (~55 µs per

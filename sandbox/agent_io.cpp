@@ -1,6 +1,7 @@
 #include "sandbox/agent_io.h"
 
-#include "sandbox/errors.h"
+#include "os/errno_text.h"
+#include "contract/errors.h"
 
 #include <cerrno>
 #include <fcntl.h>
@@ -13,7 +14,7 @@ namespace agentbox::sandbox {
 IoLoop::IoLoop() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) throw SandboxError(codes::kInternal, errno_message("epoll/eventfd", errno));
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw SandboxError(codes::kInternal, os::errno_text("epoll/eventfd", errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = wake_fd_;

@@ -7,8 +7,10 @@
 
 #include <chrono>
 
+#include "contract/agent_methods.h"
+#include "contract/errors.h"
+#include "contract/limits.h"
 #include "sandbox/agent_io.h"
-#include "sandbox/errors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -22,16 +24,10 @@ namespace agentbox::sandbox {
 
 using json = nlohmann::json;
 
-// JSON-RPC error code for every SandboxError; the precise code is in data.code.
-inline constexpr int kAgentErrorCode = -32000;
-
-// Inside-the-sandbox paths of the agent's private runtime directory (a tmpfs).
-inline constexpr const char* kRuntimeDir = "/run/agentbox";
-
 struct AgentConfig {
-  std::size_t inline_output_chars = 30'000;
-  std::size_t process_head_bytes = 64 * 1024;
-  std::size_t process_tail_bytes = 1024 * 1024;
+  std::size_t inline_output_chars = contract::kInlineOutputChars;
+  std::size_t process_head_bytes = contract::kProcessHeadBytes;
+  std::size_t process_tail_bytes = contract::kProcessTailBytes;
   std::vector<std::string> environment;  // the agent's own, passed to commands
   // A session shell idle this long with no process of its own left exits;
   // the next exec starts a fresh one from the saved state (docs/sandbox.md,

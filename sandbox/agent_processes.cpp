@@ -1,5 +1,6 @@
 #include "sandbox/agent_processes.h"
 
+#include "os/errno_text.h"
 #include "sandbox/agent_spawn.h"
 
 #include <arpa/inet.h>
@@ -86,7 +87,7 @@ bool valid_env_name(const std::string& name) {
 
 void write_text_file(const std::string& path, const std::string& content) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw SandboxError(codes::kInternal, errno_message("create " + path, errno));
+  if (fd < 0) throw SandboxError(codes::kInternal, os::errno_text("create " + path, errno));
   std::size_t done = 0;
   while (done < content.size()) {
     ssize_t n = ::write(fd, content.data() + done, content.size() - done);
@@ -94,7 +95,7 @@ void write_text_file(const std::string& path, const std::string& content) {
     if (n < 0) {
       int err = errno;
       close(fd);
-      throw SandboxError(codes::kInternal, errno_message("write " + path, err));
+      throw SandboxError(codes::kInternal, os::errno_text("write " + path, err));
     }
     done += static_cast<std::size_t>(n);
   }
@@ -103,7 +104,7 @@ void write_text_file(const std::string& path, const std::string& content) {
 
 ProcessTable::ProcessTable(IoLoop& io, const AgentConfig& config, SessionResolver resolve)
     : io_(io), config_(config), resolve_(std::move(resolve)) {
-  mkdir((std::string(kRuntimeDir) + "/p").c_str(), 0700);
+  mkdir((std::string(contract::kRuntimeDir) + "/p").c_str(), 0700);
 }
 
 ProcessTable::~ProcessTable() { kill_all(); }
@@ -215,7 +216,7 @@ json ProcessTable::start(const json& params) {
                                                       " background processes; stop some with process_kill");
     record->id = "proc-" + std::to_string(next_id_++);
   }
-  std::string script = std::string(kRuntimeDir) + "/p/" + record->id + ".sh";
+  std::string script = std::string(contract::kRuntimeDir) + "/p/" + record->id + ".sh";
   write_text_file(script, command + "\n");
   // The session's state first (functions, exported variables, aliases), then
   // the command sourced from a file so heredocs and quotes need no escaping.
@@ -224,7 +225,7 @@ json ProcessTable::start(const json& params) {
 
   int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
-    throw SandboxError(codes::kSpawnFailed, errno_message("pipe", errno));
+    throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
   SpawnSpec spec;
   spec.argv = {"/bin/bash", "--noprofile", "--norc", "-c", shell};
   spec.env = config_.environment;

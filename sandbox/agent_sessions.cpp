@@ -1,5 +1,7 @@
 #include "sandbox/agent_sessions.h"
 
+#include "os/errno_text.h"
+#include "os/utf8.h"
 #include "sandbox/agent_spawn.h"
 #include "rpc/framing.h"
 
@@ -58,11 +60,11 @@ __ab_done() { builtin printf '%s\0%s\0' "$1" "$PWD"; __ab_save; builtin printf '
 
 int open_fifo(const std::string& path) {
   if (mkfifo(path.c_str(), 0600) != 0 && errno != EEXIST)
-    throw SandboxError(codes::kInternal, errno_message("mkfifo " + path, errno));
+    throw SandboxError(codes::kInternal, os::errno_text("mkfifo " + path, errno));
   // Opened for reading before the shell opens it for writing, so the shell's
   // open never blocks; Linux reports no hang-up until a writer has come and gone.
   int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw SandboxError(codes::kInternal, errno_message("open " + path, errno));
+  if (fd < 0) throw SandboxError(codes::kInternal, os::errno_text("open " + path, errno));
   return fd;
 }
 
@@ -105,7 +107,7 @@ struct Sessions::Run {
 
 Sessions::Sessions(const AgentConfig& config, IoLoop& io, ProcessTable& processes)
     : config_(config), io_(io), processes_(processes) {
-  mkdir((std::string(kRuntimeDir) + "/s").c_str(), 0700);
+  mkdir((std::string(contract::kRuntimeDir) + "/s").c_str(), 0700);
   auto session = add("default", "/workspace", {});
   // The default shell starts now, while the server is still waiting for the
   // hello: a conversation's first exec then finds it ready instead of paying
@@ -174,7 +176,7 @@ std::shared_ptr<Sessions::Session> Sessions::add(const std::string& name, const 
   {
     std::lock_guard lock(mutex_);
     if (sessions_.count(name)) throw SandboxError(codes::kSessionExists, "session '" + name + "' already exists");
-    s->dir = std::string(kRuntimeDir) + "/s/" + std::to_string(next_dir_++);
+    s->dir = std::string(contract::kRuntimeDir) + "/s/" + std::to_string(next_dir_++);
     sessions_[name] = s;
   }
   mkdir(s->dir.c_str(), 0700);
@@ -348,11 +350,11 @@ bool Sessions::read_report(Session& s, std::string& report) {
 
 void Sessions::start_shell(Session& s) {
   int control[2], report[2];
-  if (pipe2(control, O_CLOEXEC) != 0) throw SandboxError(codes::kSpawnFailed, errno_message("pipe", errno));
+  if (pipe2(control, O_CLOEXEC) != 0) throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
   if (pipe2(report, O_CLOEXEC) != 0) {
     close(control[0]);
     close(control[1]);
-    throw SandboxError(codes::kSpawnFailed, errno_message("pipe", errno));
+    throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
   }
   SpawnSpec spec;
   spec.argv = {"/bin/bash", "--noprofile", "--norc"};
@@ -396,7 +398,7 @@ constexpr auto kStreamInterval = std::chrono::milliseconds(100);
 void flush_stream(AgentRequest& request, std::string& pending, const char* name,
                   std::uint64_t& streamed) {
   if (pending.empty()) return;
-  std::string chunk(utf8_prefix(pending, kStreamChunk));
+  std::string chunk(os::utf8_prefix(pending, kStreamChunk));
   if (chunk.empty()) chunk = pending.substr(0, kStreamChunk);
   streamed += chunk.size();
   request.notify("output", {{"stream", name}, {"data", chunk}, {"bytes", streamed}});
@@ -427,7 +429,7 @@ bool pump(int fd, OutputBuffer& buffer, std::string* pending, std::size_t max_by
 json Sessions::exec(AgentRequest& request) {
   const json& params = request.params();
   std::string command = require_string(params, "command");
-  auto timeout = std::chrono::milliseconds(std::max<std::int64_t>(1, param_int(params, "timeout_ms", 120'000)));
+  auto timeout = std::chrono::milliseconds(std::max<std::int64_t>(1, param_int(params, "timeout_ms", contract::kDefaultTimeoutMs)));
   auto env = param_env(params);
   auto s = get(param_string(params, "session", "default"));
 

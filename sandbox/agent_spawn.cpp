@@ -1,6 +1,7 @@
 #include "sandbox/agent_spawn.h"
 
-#include "sandbox/errors.h"
+#include "os/errno_text.h"
+#include "contract/errors.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -71,7 +72,7 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
   const char* cwd = spec.cwd.c_str();
 
   int status_pipe[2];
-  if (pipe2(status_pipe, O_CLOEXEC) != 0) throw SandboxError(codes::kSpawnFailed, errno_message("pipe", errno));
+  if (pipe2(status_pipe, O_CLOEXEC) != 0) throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
 
   pid_t reaper = fork();
   if (reaper < 0) {
@@ -80,7 +81,7 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
     close(status_pipe[1]);
     throw SandboxError(codes::kSpawnFailed,
                        err == EAGAIN ? "cannot start a process: the sandbox reached its process limit"
-                                     : errno_message("fork", err));
+                                     : os::errno_text("fork", err));
   }
   if (reaper == 0) {
     // No PR_SET_PDEATHSIG here: it fires when the forking *thread* ends, and
@@ -158,7 +159,7 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
     int err = n == sizeof first ? -first : EIO;
     throw SandboxError(codes::kSpawnFailed,
                        err == EAGAIN ? "cannot start a process: the sandbox reached its process limit"
-                                     : errno_message("fork", err));
+                                     : os::errno_text("fork", err));
   }
   spawned.pid = first;
   return spawned;

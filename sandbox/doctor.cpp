@@ -4,7 +4,7 @@
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/disk.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/run_capture.h"
 #include "sandbox/seccomp.h"

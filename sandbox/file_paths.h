@@ -10,7 +10,7 @@
 // never written through a tool even where the mount would allow it.
 #pragma once
 
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <nlohmann/json.hpp>
 

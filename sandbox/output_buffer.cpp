@@ -1,5 +1,7 @@
 #include "sandbox/output_buffer.h"
 
+#include "os/utf8.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -147,9 +149,9 @@ OutputBuffer::Slice OutputBuffer::read(std::uint64_t offset, std::size_t budget,
   if (offset < head_.size() && dropped() > 0) end = std::min<std::uint64_t>(end, head_.size());
   std::string chunk = bytes_between(offset, std::min<std::uint64_t>(total_, end + 3));
   // Never end inside a UTF-8 sequence unless the stream itself does.
-  chunk.resize(end < total_ ? utf8_prefix(chunk, end - offset).size() : end - offset);
+  chunk.resize(end < total_ ? os::utf8_prefix(chunk, end - offset).size() : end - offset);
   std::size_t n = fit_prefix(chunk, budget, max_lines);
-  if (n == 0 && !chunk.empty()) n = std::max<std::size_t>(1, utf8_prefix(chunk, 4).size());
+  if (n == 0 && !chunk.empty()) n = std::max<std::size_t>(1, os::utf8_prefix(chunk, 4).size());
   chunk.resize(n);
   slice.next_offset = offset + chunk.size();
   slice.data += chunk;
@@ -191,21 +193,6 @@ OutputBuffer::Inline OutputBuffer::inline_view(std::size_t budget, std::size_t m
                " in all); the last line says how to read them ...]\n" + rest.substr(back_start);
   return view;
 }
-std::string_view utf8_prefix(std::string_view s, std::size_t n) {
-  if (s.size() <= n) return s;
-  std::size_t end = n;
-  // Step back over continuation bytes (10xxxxxx) so the cut lands on a boundary.
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return s.substr(0, end);
-}
-
-std::string_view utf8_suffix(std::string_view s, std::size_t n) {
-  if (s.size() <= n) return s;
-  std::size_t start = s.size() - n;
-  while (start < s.size() && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) ++start;
-  return s.substr(start);
-}
-
 std::pair<std::size_t, std::size_t> split_budget(std::uint64_t out, std::uint64_t err, std::size_t budget) {
   if (out + err <= budget) return {static_cast<std::size_t>(out), static_cast<std::size_t>(err)};
   std::size_t err_part = static_cast<std::size_t>(std::min<std::uint64_t>(err, std::max<std::uint64_t>(budget / 4, budget > out ? budget - out : 0)));

@@ -73,11 +73,6 @@ class OutputBuffer {
   std::uint64_t lines_ = 0;
 };
 
-// Shortens s to at most n bytes without splitting a UTF-8 sequence, cutting
-// from the end (keep_front) or from the front.
-std::string_view utf8_prefix(std::string_view s, std::size_t n);
-std::string_view utf8_suffix(std::string_view s, std::size_t n);
-
 // What `bytes` of output cost at most, for sharing a budget: 2 a character,
 // 3 a newline (control characters, rarer, are cut by the real cost anyway).
 inline std::uint64_t cost_bound(std::uint64_t bytes) { return 3 * bytes + 16; }

@@ -1,6 +1,7 @@
 #include "sandbox/seccomp.h"
 
-#include "sandbox/errors.h"
+#include "os/errno_text.h"
+#include "contract/errors.h"
 
 #include <seccomp.h>
 
@@ -106,7 +107,7 @@ const std::vector<std::string>& denied_syscalls() { return kDenied; }
 
 void install_seccomp_filter() {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-    throw SandboxError(codes::kInternal, errno_message("prctl(PR_SET_NO_NEW_PRIVS)", errno));
+    throw SandboxError(codes::kInternal, os::errno_text("prctl(PR_SET_NO_NEW_PRIVS)", errno));
   Context ctx = build_filter();
   check(seccomp_load(ctx.get()), "load filter");
 }
@@ -114,7 +115,7 @@ void install_seccomp_filter() {
 bool seccomp_usable(std::string& why) {
   pid_t child = fork();
   if (child < 0) {
-    why = errno_message("fork", errno);
+    why = os::errno_text("fork", errno);
     return false;
   }
   if (child == 0) {

@@ -10,7 +10,7 @@
 #include "sandbox/agent.h"
 #include "sandbox/bare_plan.h"
 #include "sandbox/doctor.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/uid_range.h"
 #include "persistence/cli.h"
@@ -98,10 +98,10 @@ int serve(const std::vector<std::string>& args) {
   services.sandboxes = [sandboxes]() -> sandbox::Manager* {
     try {
       return sandboxes.get().get();
-    } catch (const sandbox::SandboxError&) {
+    } catch (const SandboxError&) {
       throw;
     } catch (const std::exception& e) {
-      throw sandbox::SandboxError(sandbox::codes::kSandboxStartFailed,
+      throw SandboxError(codes::kSandboxStartFailed,
                                   std::string("sandboxes are unavailable: ") + e.what());
     }
   };

@@ -6,7 +6,7 @@
 // "reboot" (an image that is not mounted when the server starts).
 #include "fixture.h"
 
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <sys/statvfs.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
 // Unit tests of the pieces that need no sandbox: the bwrap plan as data, the
 // bounded output buffer, signal names, cgroup detection and the seccomp filter.
+#include "os/utf8.h"
 #include "sandbox/agent_spawn.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/cgroups.h"
@@ -193,8 +194,8 @@ TEST_CASE("shown cost counts a byte in the text and escaped in JSON") {
 
 TEST_CASE("cuts never split a UTF-8 sequence") {
   std::string s = "a\xC3\xA9\xC3\xA9";  // a é é
-  CHECK(utf8_prefix(s, 2) == "a");
-  CHECK(utf8_suffix(s, 3) == "\xC3\xA9");
+  CHECK(os::utf8_prefix(s, 2) == "a");
+  CHECK(os::utf8_suffix(s, 3) == "\xC3\xA9");
 }
 
 TEST_CASE("signal names round-trip") {

@@ -16,7 +16,7 @@
 #include <memory>
 #include <mutex>
 
-namespace agentbox::sandbox {
+namespace agentbox::os {
 
 class ThreadCache {
  public:
@@ -47,4 +47,4 @@ class ThreadCache {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::os

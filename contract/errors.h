@@ -1,14 +1,16 @@
-// Typed failures of the sandbox layer. Every error carries a stable code and a
-// message a model or a person can act on; the tools layer turns them into
-// error results (docs/protocol.md, "Error results", lists when each code is
-// used). The codes below are the whole vocabulary, one spelling each.
+// The one error vocabulary of agentbox, on both sides of the wall: the agent
+// throws these in the box and sends the code as error.data.code
+// (contract/agent_methods.h), the host side throws them too, and the tools
+// layer turns them into error results (docs/protocol.md, "Error results",
+// lists when each code is used). The codes below are the whole vocabulary,
+// one spelling each. In namespace agentbox itself: every layer names them.
 #pragma once
 
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
-namespace agentbox::sandbox {
+namespace agentbox {
 
 namespace codes {
 // Arguments and paths.
@@ -66,7 +68,4 @@ class SandboxError : public std::runtime_error {
   std::string code_;
 };
 
-// "what: strerror(errno)" for messages about a failed system call.
-std::string errno_message(const std::string& what, int err);
-
-}  // namespace agentbox::sandbox
+}  // namespace agentbox

@@ -1,8 +1,8 @@
-#include "sandbox/thread_cache.h"
+#include "os/thread_cache.h"
 
 #include <thread>
 
-namespace agentbox::sandbox {
+namespace agentbox::os {
 
 ThreadCache::~ThreadCache() {
   std::lock_guard lock(state_->mutex);
@@ -38,4 +38,4 @@ void ThreadCache::worker(std::shared_ptr<State> state, std::function<void()> job
   }
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::os
