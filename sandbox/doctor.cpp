@@ -7,7 +7,7 @@
 #include "contract/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/run_capture.h"
-#include "sandbox/seccomp.h"
+#include "agent/seccomp.h"
 #include "sandbox/uid_range.h"
 
 #include <cstdio>
@@ -99,7 +99,7 @@ DoctorCheck check_cgroups(const DoctorOptions& o) {
 
 DoctorCheck check_seccomp() {
   std::string why;
-  if (seccomp_usable(why)) return {"seccomp", Level::Ok, "filter loads and refuses keyctl"};
+  if (agent::seccomp_usable(why)) return {"seccomp", Level::Ok, "filter loads and refuses keyctl"};
   return {"seccomp", Level::Fail, why};
 }
 

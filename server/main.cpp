@@ -7,7 +7,7 @@
 #include "server/options.h"
 #include "server/replay.h"
 #include "server/transport.h"
-#include "sandbox/agent.h"
+#include "agent/agent.h"
 #include "sandbox/bare_plan.h"
 #include "sandbox/doctor.h"
 #include "contract/errors.h"
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "serve") return serve(args);
     if (command == "replay") return server::replay_main(argv[0], args);
-    if (command == "agent") return sandbox::agent_main(argc - 1, argv + 1);
+    if (command == "agent") return agent::agent_main(argc - 1, argv + 1);
     if (command == "doctor") return doctor(args);
     if (command == "snapshot") return persistence::snapshot_main(with_state_dir(args));
     if (command == "sandbox") return persistence::sandbox_cli_main(with_state_dir(args));

@@ -1,6 +1,6 @@
 // File tools: file_read, file_write, file_edit, file_list, file_stat,
 // file_mkdir, file_delete, file_move, file_search. Each maps to one agent
-// method (sandbox/agent_files.h), which runs inside the sandbox; this file
+// method (agent/files.h), which runs inside the sandbox; this file
 // only names the method and turns its result into the text the model reads.
 // The structured result is the agent's result as is.
 #include "tools/sandbox_call.h"

@@ -1,11 +1,11 @@
 // Unit tests of the pieces that need no sandbox: the bwrap plan as data, the
 // bounded output buffer, signal names, cgroup detection and the seccomp filter.
+#include "agent/output_buffer.h"
+#include "agent/seccomp.h"
+#include "agent/spawn.h"
 #include "os/utf8.h"
-#include "sandbox/agent_spawn.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/cgroups.h"
-#include "sandbox/output_buffer.h"
-#include "sandbox/seccomp.h"
 
 #include <catch2/catch.hpp>
 
@@ -13,6 +13,7 @@
 #include <csignal>
 
 using namespace agentbox::sandbox;
+using namespace agentbox::agent;
 
 namespace {
 
@@ -194,8 +195,8 @@ TEST_CASE("shown cost counts a byte in the text and escaped in JSON") {
 
 TEST_CASE("cuts never split a UTF-8 sequence") {
   std::string s = "a\xC3\xA9\xC3\xA9";  // a é é
-  CHECK(os::utf8_prefix(s, 2) == "a");
-  CHECK(os::utf8_suffix(s, 3) == "\xC3\xA9");
+  CHECK(agentbox::os::utf8_prefix(s, 2) == "a");
+  CHECK(agentbox::os::utf8_suffix(s, 3) == "\xC3\xA9");
 }
 
 TEST_CASE("signal names round-trip") {

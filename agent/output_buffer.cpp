@@ -1,11 +1,11 @@
-#include "sandbox/output_buffer.h"
+#include "agent/output_buffer.h"
 
 #include "os/utf8.h"
 
 #include <algorithm>
 #include <vector>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 namespace {
 
@@ -199,4 +199,4 @@ std::pair<std::size_t, std::size_t> split_budget(std::uint64_t out, std::uint64_
   return {budget - err_part, err_part};
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,10 +1,10 @@
 // file.stat, file.mkdir, file.delete, file.move, file.list, file.search
-// (agent_files.h): operations on entries and trees.
-#include "sandbox/agent_files.h"
+// (files.h): operations on entries and trees.
+#include "agent/files.h"
 
 #include "os/utf8.h"
-#include "sandbox/file_paths.h"
-#include "sandbox/output_buffer.h"
+#include "agent/file_paths.h"
+#include "agent/output_buffer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -19,7 +19,7 @@
 #include <regex.h>
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 namespace fs = std::filesystem;
 
@@ -489,4 +489,4 @@ json file_search(AgentRequest& request, const FileEnv& env) {
   return result;
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -5,11 +5,11 @@
 #include <string>
 #include <string_view>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 std::string base64_encode(std::string_view data);
 // Whitespace is ignored; anything else outside the alphabet, or a wrong
 // length, gives nullopt.
 std::optional<std::string> base64_decode(std::string_view text);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,8 +1,8 @@
-#include "sandbox/session_queue.h"
+#include "agent/session_queue.h"
 
 #include <algorithm>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 std::unique_ptr<SessionQueue::Place> SessionQueue::enter(const std::string& session) {
   std::lock_guard lock(mutex_);
@@ -47,7 +47,8 @@ void SessionQueue::leave(const std::string& session, std::uint64_t number) {
 }
 
 std::string ordering_session(const std::string& method, const json& params) {
-  bool ordered = method == "exec" || method == "process.start" || method.rfind("file.", 0) == 0;
+  bool ordered = method == contract::methods::kExec || method == contract::methods::kProcessStart ||
+                 method.rfind(contract::methods::kFilePrefix, 0) == 0;
   if (!ordered) return {};
   auto it = params.is_object() ? params.find("session") : params.end();
   if (it != params.end() && it->is_string() && !it->get_ref<const std::string&>().empty())
@@ -55,4 +56,4 @@ std::string ordering_session(const std::string& method, const json& params) {
   return "default";
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,4 +1,4 @@
-#include "sandbox/file_paths.h"
+#include "agent/file_paths.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <vector>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 namespace {
 
@@ -278,4 +278,4 @@ std::string guess_mime(const std::string& path, std::string_view head, bool text
   return text ? "text/plain" : "application/octet-stream";
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

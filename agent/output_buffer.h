@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 inline constexpr std::size_t kMaxShownLines = 1'000;
 
@@ -81,4 +81,4 @@ inline std::uint64_t cost_bound(std::uint64_t bytes) { return 3 * bytes + 16; }
 // what it needs when both fit; otherwise stderr keeps at least a quarter.
 std::pair<std::size_t, std::size_t> split_budget(std::uint64_t out, std::uint64_t err, std::size_t budget);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

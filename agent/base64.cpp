@@ -1,8 +1,8 @@
-#include "sandbox/base64.h"
+#include "agent/base64.h"
 
 #include <array>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 namespace {
 
@@ -68,4 +68,4 @@ std::optional<std::string> base64_decode(std::string_view text) {
   return out;
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,32 +1,21 @@
-#include "sandbox/agent.h"
+#include "agent/agent.h"
 
-#include "os/errno_text.h"
+#include "agent/file_paths.h"
+#include "agent/files.h"
+#include "agent/processes.h"
+#include "agent/session_queue.h"
+#include "agent/sessions.h"
+#include "contract/agent_methods.h"
+#include "os/thread_cache.h"
 #include "rpc/framing.h"
 #include "rpc/message.h"
-#include "sandbox/agent_files.h"
-#include "sandbox/agent_methods.h"
-#include "sandbox/agent_processes.h"
-#include "sandbox/agent_sessions.h"
-#include "sandbox/file_paths.h"
-#include "sandbox/seccomp.h"
-#include "sandbox/session_queue.h"
-#include "os/thread_cache.h"
 
-#include <cerrno>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
-#include <malloc.h>
-#include <pthread.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <thread>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <unistd.h>
 
-extern char** environ;
-
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 void AgentRequest::on_cancel(std::function<void()> fn) {
   {
@@ -81,65 +70,23 @@ std::map<std::string, std::string> param_env(const json& params) {
 
 namespace {
 
-struct AgentOptions {
-  bool seccomp = true;
-  AgentConfig config;
-  std::vector<std::pair<int, rlim_t>> rlimits;
-};
-
-AgentOptions parse_options(int argc, char** argv) {
-  AgentOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::uint64_t {
-      if (i + 1 >= argc) throw SandboxError(codes::kInvalidArguments, arg + " needs a value");
-      return std::stoull(argv[++i]);
-    };
-    if (arg == "agent") continue;  // the subcommand name, when called through main
-    namespace opt = contract::agent_options;
-    if (arg == opt::kNoSeccomp) o.seccomp = false;
-    else if (arg == opt::kNproc) o.rlimits.emplace_back(RLIMIT_NPROC, value());
-    else if (arg == opt::kFsize) o.rlimits.emplace_back(RLIMIT_FSIZE, value());
-    else if (arg == opt::kNofile) o.rlimits.emplace_back(RLIMIT_NOFILE, value());
-    else if (arg == opt::kData) o.rlimits.emplace_back(RLIMIT_DATA, value());
-    else if (arg == opt::kOutputChars) o.config.inline_output_chars = value();
-    else if (arg == opt::kHeadBytes) o.config.process_head_bytes = value();
-    else if (arg == opt::kTailBytes) o.config.process_tail_bytes = value();
-    else if (arg == opt::kShellIdleMs) o.config.shell_idle = std::chrono::milliseconds(value());
-    else if (arg == opt::kWorkspaceLimit) set_workspace_limit(value());
-    else throw SandboxError(codes::kInvalidArguments, "unknown agent option " + arg);
-  }
-  for (char** e = environ; *e; ++e) o.config.environment.emplace_back(*e);
-  return o;
-}
-
-void apply_rlimits(const AgentOptions& o) {
-  rlimit core{0, 0};
-  setrlimit(RLIMIT_CORE, &core);
-  for (const auto& [resource, value] : o.rlimits) {
-    rlimit limit{value, value};
-    if (setrlimit(resource, &limit) != 0)
-      throw SandboxError(codes::kInternal, os::errno_text("setrlimit", errno));
-  }
-}
-
 // Serves requests until stdin closes. Each request runs on a thread of its
 // own (an exec that waits on a command must not hold up a ping or another
 // session), taken from a cache so that a request does not pay a clone.
 class AgentServer {
  public:
-  AgentServer(const AgentOptions& options)
-      : config_(options.config),
+  explicit AgentServer(const AgentConfig& config)
+      : config_(config),
         processes_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
         writer_(STDOUT_FILENO) {
     sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
     register_session_methods(methods_, *sessions_);
     register_process_methods(methods_, processes_);
     register_file_methods(methods_, [this](const std::string& name) { return sessions_->context(name); }, config_);
-    methods_["hello"] = [](AgentRequest&) {
+    methods_[contract::methods::kHello] = [](AgentRequest&) {
       return json{{"pid", getpid()}, {"uid", getuid()}, {"version", 1}};
     };
-    methods_["status"] = [this](AgentRequest&) {
+    methods_[contract::methods::kStatus] = [this](AgentRequest&) {
       return json{{"sessions", sessions_->names()}, {"processes", processes_.background_ids()}};
     };
   }
@@ -157,7 +104,7 @@ class AgentServer {
       if (auto* request = std::get_if<rpc::Request>(&message)) {
         dispatch(*request, line->text.size());
       } else if (auto* note = std::get_if<rpc::Notification>(&message)) {
-        if (note->method == "cancel" && note->params.is_object()) cancel(note->params.value("id", json()));
+        if (note->method == contract::notifications::kCancel && note->params.is_object()) cancel(note->params.value("id", json()));
       }
     }
     // The server closed the pipe: end everything this sandbox runs.
@@ -175,7 +122,7 @@ class AgentServer {
 
   static bool quick(const rpc::Request& request, std::size_t line_bytes) {
     if (line_bytes > kQuickLineBytes) return false;
-    return request.method == "hello" || request.method == "status" || contract::quick_file_call(request.method, request.params);
+    return request.method == contract::methods::kHello || request.method == contract::methods::kStatus || contract::quick_file_call(request.method, request.params);
   }
 
   void dispatch(rpc::Request& request, std::size_t line_bytes) {
@@ -265,44 +212,9 @@ class AgentServer {
 
 }  // namespace
 
-int agent_main(int argc, char** argv) {
-  // First of all, before the box runs anything: code in the box has the
-  // agent's uid, and while the agent is dumpable it could open
-  // /proc/1/fd/1 (the agent's pipe to the server), /proc/1/mem, or ptrace
-  // or pidfd_getfd it, and write replies the server would believe
-  // (docs/sandbox.md, "The wall between host and box"). Not dumpable, all of
-  // those need CAP_SYS_PTRACE, which nothing in the box has. Children the
-  // agent starts are dumpable again once they exec (the kernel resets it).
-  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-    std::fprintf(stderr, "agent cannot start: %s\n", std::strerror(errno));
-    return 1;
-  }
-  // Memory is paid per sandbox (docs/sandbox.md, "Performance"): one malloc
-  // arena instead of one per thread (each request runs on a thread of its
-  // own), and request threads on 256 KiB stacks instead of 8 MiB.
-  mallopt(M_ARENA_MAX, 1);
-  pthread_attr_t attr;
-  if (pthread_attr_init(&attr) == 0) {
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_setattr_default_np(&attr);
-    pthread_attr_destroy(&attr);
-  }
-  try {
-    AgentOptions options = parse_options(argc, argv);
-    umask(022);
-    std::signal(SIGPIPE, SIG_IGN);  // a dead shell must be an EPIPE, not the agent's death
-    std::signal(SIGCHLD, SIG_IGN);  // reapers are collected by the kernel; they report through pipes
-    apply_rlimits(options);
-    // Before any thread exists, so every thread and child is covered.
-    if (options.seccomp) install_seccomp_filter();
-    mkdir(contract::kRuntimeDir, 0700);
-    AgentServer server(options);
-    return server.run();
-  } catch (const std::exception& e) {
-    // Logs go to stderr, which the server reads and prefixes; stdout is protocol only.
-    std::fprintf(stderr, "agent cannot start: %s\n", e.what());
-    return 1;
-  }
+int serve(const AgentConfig& config) {
+  AgentServer server(config);
+  return server.run();
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <thread>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 class IoLoop {
  public:
@@ -46,4 +46,4 @@ class IoLoop {
   std::thread thread_;
 };
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

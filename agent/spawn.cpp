@@ -1,4 +1,4 @@
-#include "sandbox/agent_spawn.h"
+#include "agent/spawn.h"
 
 #include "os/errno_text.h"
 #include "contract/errors.h"
@@ -17,7 +17,7 @@
 #include <thread>
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 namespace {
 
@@ -236,4 +236,4 @@ int signal_number(const std::string& raw) {
   return 0;
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,4 +1,4 @@
-#include "sandbox/seccomp.h"
+#include "agent/seccomp.h"
 
 #include "os/errno_text.h"
 #include "contract/errors.h"
@@ -16,7 +16,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 namespace {
 
@@ -105,9 +105,12 @@ Context build_filter() {
 
 const std::vector<std::string>& denied_syscalls() { return kDenied; }
 
-void install_seccomp_filter() {
+void set_no_new_privs() {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     throw SandboxError(codes::kInternal, os::errno_text("prctl(PR_SET_NO_NEW_PRIVS)", errno));
+}
+
+void install_seccomp_filter() {
   Context ctx = build_filter();
   check(seccomp_load(ctx.get()), "load filter");
 }
@@ -120,6 +123,7 @@ bool seccomp_usable(std::string& why) {
   }
   if (child == 0) {
     try {
+      set_no_new_privs();
       install_seccomp_filter();
     } catch (...) {
       _exit(2);
@@ -137,4 +141,4 @@ bool seccomp_usable(std::string& why) {
   return false;
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

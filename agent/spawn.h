@@ -10,7 +10,7 @@
 #include <sys/types.h>
 #include <vector>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 struct SpawnSpec {
   std::vector<std::string> argv;
@@ -56,4 +56,4 @@ int read_wait_status(int status_fd);
 std::string signal_name(int sig);
 int signal_number(const std::string& name);  // 0 when unknown
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,14 +1,14 @@
 // Background processes inside the sandbox (agent side): start, list, page
 // output, wait for exit or a listening port, signal, write to stdin. Each
-// process runs under its own reaper (agent_spawn.h) so signals and kills reach
+// process runs under its own reaper (spawn.h) so signals and kills reach
 // its whole tree. Output is kept in bounded buffers and stays readable after
 // the process ends. The table also keeps the full output of exec calls whose
 // inline result was cut, so process_output can page it.
 #pragma once
 
-#include "sandbox/agent_io.h"
-#include "sandbox/agent_methods.h"
-#include "sandbox/output_buffer.h"
+#include "agent/io.h"
+#include "agent/methods.h"
+#include "agent/output_buffer.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 // What a process needs from the session it starts in.
 struct SessionContext {
@@ -78,4 +78,4 @@ bool valid_env_name(const std::string& name);
 // Writes a whole file (used for command scripts); throws SandboxError.
 void write_text_file(const std::string& path, const std::string& content);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

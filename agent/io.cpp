@@ -1,4 +1,4 @@
-#include "sandbox/agent_io.h"
+#include "agent/io.h"
 
 #include "os/errno_text.h"
 #include "contract/errors.h"
@@ -9,7 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 IoLoop::IoLoop() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -106,4 +106,4 @@ void IoLoop::run() {
   }
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,6 +1,6 @@
-// The agent's method table: one map from JSON-RPC method name to handler,
+// The agent's method table: one map from JSON-RPC method name (contract/agent_methods.h) to handler,
 // filled by one register_*_methods() per family (sessions and exec,
-// background processes, file operations in agent_files.h).
+// background processes, file operations in files.h).
 // A handler runs on its own thread, returns the result object, and throws
 // SandboxError for failures; the code travels as error.data.code.
 #pragma once
@@ -10,7 +10,7 @@
 #include "contract/agent_methods.h"
 #include "contract/errors.h"
 #include "contract/limits.h"
-#include "sandbox/agent_io.h"
+#include "agent/io.h"
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +20,7 @@
 #include <mutex>
 #include <string>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 using json = nlohmann::json;
 
@@ -76,4 +76,4 @@ std::string require_string(const json& params, const char* name);
 std::int64_t param_int(const json& params, const char* name, std::int64_t fallback);
 std::map<std::string, std::string> param_env(const json& params);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

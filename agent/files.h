@@ -15,13 +15,13 @@
 // see docs/files.md for the durability choice.
 #pragma once
 
-#include "sandbox/agent_methods.h"
-#include "sandbox/agent_processes.h"
+#include "agent/methods.h"
+#include "agent/processes.h"
 
 #include <cstdint>
 #include <string_view>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 inline constexpr std::size_t kMaxEditBytes = 16 << 20;        // file.edit loads the file whole
 inline constexpr std::size_t kMaxListEntries = 10'000;
@@ -55,4 +55,4 @@ void register_file_methods(MethodTable& table, SessionResolver resolve, const Ag
 void close_after_reply(int fd);
 void close_files_after_reply();
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -1,24 +1,15 @@
-// Shell sessions and exec (agent side).
+// Shell sessions (agent side): session.create/list/delete/export/import,
+// and the session an exec runs in (exec.h runs it).
 //
-// A session is one long-lived `bash` under a reaper (agent_spawn.h), reading
-// instructions on a pipe. Each exec writes the command to a file and sends
-//   { . cmd.N; } <stdin >out.N 2>err.N; __ab_done $?
-// so the command runs in the shell itself: cd, export, functions and aliases
-// persist, heredocs need no escaping, and output goes to per-command FIFOs
-// (jobs left running with & keep the old FIFO, which the agent drains, so
-// they never block or leak into the next command's output). __ab_done reports
-// the exit code and cwd on the shell's stdout, then saves the shell's state
-// (variables, functions, aliases, options, cwd) to a file.
-//
-// A timeout or cancellation kills the session's whole tree (daemons
-// included) and the next command starts a fresh shell from the saved state:
-// the session is as it was after the last completed command (docs/design.md
-// section 8). A command that ends the shell (exit, exec) is handled the same
-// way. Jobs started with & in that session end with it.
+// A session is one long-lived `bash` under a reaper (spawn.h), reading
+// instructions on a pipe; after every command it saves the shell's state
+// (variables, functions, aliases, options, cwd) to a file, so a fresh shell
+// can take over from it: after a timeout or cancellation, a command that
+// ended the shell, an idle shell stopped to save memory, or a restore.
 #pragma once
 
-#include "sandbox/agent_methods.h"
-#include "sandbox/agent_processes.h"
+#include "agent/methods.h"
+#include "agent/processes.h"
 
 #include <condition_variable>
 #include <memory>
@@ -26,7 +17,9 @@
 #include <string>
 #include <thread>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
+
+struct Session;  // session.h
 
 class Sessions {
  public:
@@ -51,17 +44,9 @@ class Sessions {
   void kill_all();
 
  private:
-  struct Session;
-  struct Run;
   std::shared_ptr<Session> get(const std::string& name);
   std::shared_ptr<Session> add(const std::string& name, const std::string& cwd,
                                const std::map<std::string, std::string>& env);
-  void start_shell(Session& session);
-  void stop_shell(Session& session);
-  json finish(Session& session, Run& run);
-  // Reads the shell's report pipe: exit code and cwd tokens go to report,
-  // save markers are counted off. False at EOF or error.
-  bool read_report(Session& session, std::string& report);
   // Reads save markers until none is pending or the deadline passes; the
   // caller holds the session's run lock.
   void wait_for_saves(Session& session, std::chrono::steady_clock::time_point deadline);
@@ -82,4 +67,4 @@ class Sessions {
   std::thread idle_thread_;
 };
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

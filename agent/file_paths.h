@@ -1,4 +1,4 @@
-// Paths, errors and metadata for the agent's file operations (agent_files.h).
+// Paths, errors and metadata for the agent's file operations (files.h).
 //
 // The agent runs inside the sandbox, so every path is already a sandbox path
 // and a symlink resolves exactly as it does for a command: a link to
@@ -18,7 +18,7 @@
 #include <string>
 #include <sys/stat.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 // Where tools may write, as the sandbox mounts them (bwrap_plan.cpp).
 inline constexpr const char* kWritableRoots[] = {"/workspace", "/home/user", "/tmp"};
@@ -70,4 +70,4 @@ std::string guess_mime(const std::string& path, std::string_view head, bool text
 // sequence cut off at the very end (a page boundary).
 bool looks_text(std::string_view data, bool allow_cut_end = true);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

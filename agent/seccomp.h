@@ -8,9 +8,13 @@
 #include <string>
 #include <vector>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
-// Sets no_new_privs and loads the filter for all threads of the process.
+// Sets no_new_privs: no exec gains privileges (setuid, file capabilities),
+// and an unprivileged process may load a seccomp filter.
+void set_no_new_privs();
+
+// Loads the filter for all threads of the process; no_new_privs must be set.
 // Throws SandboxError when the kernel refuses it.
 void install_seccomp_filter();
 
@@ -22,4 +26,4 @@ const std::vector<std::string>& denied_syscalls();
 // what is missing. Tries it in a short-lived child so the caller stays unfiltered.
 bool seccomp_usable(std::string& why);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

@@ -10,7 +10,7 @@
 // lines, so calls on different sessions still run in parallel.
 #pragma once
 
-#include "sandbox/agent_methods.h"
+#include "agent/methods.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include <mutex>
 #include <string>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 class SessionQueue {
  public:
@@ -60,4 +60,4 @@ class SessionQueue {
 // Empty for methods that are not ordered by session.
 std::string ordering_session(const std::string& method, const json& params);
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent

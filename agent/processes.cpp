@@ -1,7 +1,7 @@
-#include "sandbox/agent_processes.h"
+#include "agent/processes.h"
 
 #include "os/errno_text.h"
-#include "sandbox/agent_spawn.h"
+#include "agent/spawn.h"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-namespace agentbox::sandbox {
+namespace agentbox::agent {
 
 using Clock = std::chrono::steady_clock;
 
@@ -492,13 +492,13 @@ void ProcessTable::kill_all() {
 }
 
 void register_process_methods(MethodTable& table, ProcessTable& p) {
-  table["process.start"] = [&p](AgentRequest& r) { return p.start(r.params()); };
-  table["process.list"] = [&p](AgentRequest& r) { return p.list(r.params()); };
-  table["process.adopt_lost"] = [&p](AgentRequest& r) { return p.adopt_lost(r.params()); };
-  table["process.output"] = [&p](AgentRequest& r) { return p.output(r); };
-  table["process.wait"] = [&p](AgentRequest& r) { return p.wait(r); };
-  table["process.kill"] = [&p](AgentRequest& r) { return p.kill(r.params()); };
-  table["process.write"] = [&p](AgentRequest& r) { return p.write(r.params()); };
+  table[contract::methods::kProcessStart] = [&p](AgentRequest& r) { return p.start(r.params()); };
+  table[contract::methods::kProcessList] = [&p](AgentRequest& r) { return p.list(r.params()); };
+  table[contract::methods::kProcessAdoptLost] = [&p](AgentRequest& r) { return p.adopt_lost(r.params()); };
+  table[contract::methods::kProcessOutput] = [&p](AgentRequest& r) { return p.output(r); };
+  table[contract::methods::kProcessWait] = [&p](AgentRequest& r) { return p.wait(r); };
+  table[contract::methods::kProcessKill] = [&p](AgentRequest& r) { return p.kill(r.params()); };
+  table[contract::methods::kProcessWrite] = [&p](AgentRequest& r) { return p.write(r.params()); };
 }
 
-}  // namespace agentbox::sandbox
+}  // namespace agentbox::agent
