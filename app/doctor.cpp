@@ -4,11 +4,11 @@
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/disk.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 #include "sandbox/limits_report.h"
 #include "sandbox/manager.h"
 #include "sandbox/run_capture.h"
-#include "sandbox/seccomp.h"
+#include "agent/seccomp.h"
 #include "sandbox/uid_range.h"
 
 #include <cstdio>
@@ -86,7 +86,7 @@ std::string cpus_text(double cpus) {
 
 DoctorCheck check_seccomp() {
   std::string why;
-  if (seccomp_usable(why)) return {"seccomp", Level::Ok, "filter loads and refuses keyctl"};
+  if (agent::seccomp_usable(why)) return {"seccomp", Level::Ok, "filter loads and refuses keyctl"};
   return {"seccomp", Level::Fail, why};
 }
 

@@ -8,7 +8,7 @@
 #include "app/replay.h"
 #include "app/serve.h"
 #include "app/state_commands.h"
-#include "sandbox/agent.h"
+#include "agent/agent.h"
 
 #include <iostream>
 #include <stdexcept>
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "serve") return app::serve(args);
     if (command == "replay") return app::replay_main(argv[0], args);
-    if (command == "agent") return sandbox::agent_main(argc - 1, argv + 1);
+    if (command == "agent") return agent::agent_main(argc - 1, argv + 1);
     if (command == "doctor") return doctor(args);
     if (command == "snapshot") return app::snapshot_main(with_state_dir(args));
     if (command == "sandbox") return app::sandbox_cli_main(with_state_dir(args));

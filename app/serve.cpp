@@ -8,7 +8,7 @@
 #include "server/logging.h"
 #include "server/mcp_server.h"
 #include "server/transport.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 #include "sandbox/manager.h"
 #include "sandbox/uid_range.h"
 #include "tools/register.h"
@@ -81,10 +81,10 @@ int serve(const std::vector<std::string>& args) {
   services.sandboxes = [sandboxes]() -> sandbox::Manager* {
     try {
       return sandboxes.get().get();
-    } catch (const sandbox::SandboxError&) {
+    } catch (const SandboxError&) {
       throw;
     } catch (const std::exception& e) {
-      throw sandbox::SandboxError(sandbox::codes::kSandboxStartFailed,
+      throw SandboxError(codes::kSandboxStartFailed,
                                   std::string("sandboxes are unavailable: ") + e.what());
     }
   };

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     const char* name;
     std::function<void()> once;
   };
-  // The closing thread of file_write (sandbox/agent_files.cpp, Closer): the
+  // The closing thread of file_write (agent/file_write.cpp, Closer): the
   // replaced file's last close, which frees its blocks, off the timed path.
   std::mutex mutex;
   std::condition_variable ready;

@@ -11,6 +11,7 @@
 // The helper gets PR_SET_PDEATHSIG(SIGKILL), set between fork and exec, so a
 // server killed with -9 leaves no helper running: what it leaves is a .tmp-*
 // archive or a .restore-* directory, which recovery removes as before.
+#include "os/errno_text.h"
 #include "persistence/archive.h"
 #include "persistence/child_lines.h"
 #include "persistence/tree_fs.h"
@@ -58,14 +59,14 @@ std::string run_helper(const std::vector<std::string>& args, const std::function
   argv.push_back(nullptr);
 
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw ArchiveError(errno_text("pipe", errno));
+  if (pipe2(fds, O_CLOEXEC) != 0) throw ArchiveError(os::errno_text("pipe", errno));
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int err = errno;
     close(fds[0]);
     close(fds[1]);
-    throw ArchiveError(errno_text("cannot start the snapshot helper", err));
+    throw ArchiveError(os::errno_text("cannot start the snapshot helper", err));
   }
   if (pid == 0) {
     // Async-signal-safe calls only: the server is threaded.
@@ -124,11 +125,11 @@ std::string temp_suffix() {
 
 void fsync_dir(const fs::path& dir) {
   int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw ArchiveError(errno_text("cannot open " + dir.string(), errno));
+  if (fd < 0) throw ArchiveError(os::errno_text("cannot open " + dir.string(), errno));
   int rc = fsync(fd);
   int err = errno;
   close(fd);
-  if (rc != 0) throw ArchiveError(errno_text("cannot sync " + dir.string(), err));
+  if (rc != 0) throw ArchiveError(os::errno_text("cannot sync " + dir.string(), err));
 }
 
 ExtractResult parse_extract(const std::string& ok) {
@@ -172,7 +173,7 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path&
     result.skipped = skipped;
     result.digest = digest;
     if (hooks.before_rename) hooks.before_rename(result);
-    if (rename(temp.c_str(), dest.c_str()) != 0) throw ArchiveError(errno_text("cannot rename " + temp.string(), errno));
+    if (rename(temp.c_str(), dest.c_str()) != 0) throw ArchiveError(os::errno_text("cannot rename " + temp.string(), errno));
     fsync_dir(dest.parent_path());
     if (options.progress) options.progress({result.input_bytes, result.files, std::nullopt});
     return result;
@@ -186,7 +187,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
   // The helper refuses an existing destination too; checked here so that
   // cleaning up after a helper that died never removes what was there before.
   struct stat st;
-  if (lstat(dest.c_str(), &st) == 0) throw ArchiveError(errno_text("cannot create " + dest.string(), EEXIST));
+  if (lstat(dest.c_str(), &st) == 0) throw ArchiveError(os::errno_text("cannot create " + dest.string(), EEXIST));
   std::string owner = "-";
   if (options.owner) owner = std::to_string(options.owner->first) + ":" + std::to_string(options.owner->second);
   std::vector<std::string> args{"extract",

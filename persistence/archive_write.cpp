@@ -1,4 +1,5 @@
 // Snapshot writing: tree walk → pax entries → zstd → temporary file.
+#include "os/errno_text.h"
 #include "persistence/archive_local.h"
 #include "persistence/archive_rules.h"
 #include "persistence/child_lines.h"
@@ -112,10 +113,10 @@ class Writer {
     tops_.push_back(t.name);
     check_path(t.name);
     int fd = open(t.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw ArchiveError(errno_text("cannot open " + t.dir.string(), errno));
+    if (fd < 0) throw ArchiveError(os::errno_text("cannot open " + t.dir.string(), errno));
     FdCloser closer(fd);
     struct stat st;
-    if (fstat(fd, &st) != 0) throw ArchiveError(errno_text("cannot stat " + t.dir.string(), errno));
+    if (fstat(fd, &st) != 0) throw ArchiveError(os::errno_text("cannot stat " + t.dir.string(), errno));
     header(t.name, st, nullptr);
     walk(fd, t.name);
   }
@@ -141,7 +142,7 @@ class Writer {
     if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("libarchive ") + what + ": " + archive_error_string(a_));
   }
   std::string error_text(const std::string& what, const Sink& sink) {
-    if (sink.error) return errno_text(what, sink.error);
+    if (sink.error) return os::errno_text(what, sink.error);
     const char* e = archive_error_string(a_);
     return what + ": " + (e ? e : "unknown libarchive error");
   }
@@ -154,7 +155,7 @@ class Writer {
       DIR* d = copy >= 0 ? fdopendir(copy) : nullptr;
       if (!d) {
         if (copy >= 0) close(copy);
-        throw ArchiveError(errno_text("cannot list " + prefix, errno));
+        throw ArchiveError(os::errno_text("cannot list " + prefix, errno));
       }
       while (dirent* e = readdir(d)) {
         if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
@@ -187,7 +188,7 @@ class Writer {
       if (fd >= 0) {
         FdCloser closer(fd);
         struct stat st;
-        if (fstat(fd, &st) != 0) throw ArchiveError(errno_text("cannot stat " + path, errno));
+        if (fstat(fd, &st) != 0) throw ArchiveError(os::errno_text("cannot stat " + path, errno));
         if (S_ISDIR(st.st_mode)) {
           header(path, st, nullptr);
           walk(fd, path);
@@ -215,7 +216,7 @@ class Writer {
       if (err == EWOULDBLOCK)
         throw ArchiveError(path + " is held by a file lease (fcntl F_SETLEASE) of a process outside the box; "
                                   "it cannot be read now, so no snapshot was taken");
-      if (err != ELOOP || attempt >= 3) throw ArchiveError(errno_text("cannot open " + path, err));
+      if (err != ELOOP || attempt >= 3) throw ArchiveError(os::errno_text("cannot open " + path, err));
     }
   }
 
@@ -310,7 +311,7 @@ class Writer {
     while (got < want) {
       ssize_t n = ::read(fd, to + got, want - got);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw ArchiveError(errno_text("cannot read " + path, errno));
+      if (n < 0) throw ArchiveError(os::errno_text("cannot read " + path, errno));
       if (n == 0) break;
       got += static_cast<std::uint64_t>(n);
     }
@@ -370,7 +371,7 @@ namespace local {
 WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const fs::path& temp, const WriteOptions& options) {
   Sink sink;
   sink.fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (sink.fd < 0) throw ArchiveError(errno_text("cannot create " + temp.string(), errno));
+  if (sink.fd < 0) throw ArchiveError(os::errno_text("cannot create " + temp.string(), errno));
   FdCloser closer(sink.fd);
   try {
     WriteResult result;
@@ -382,7 +383,7 @@ WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const fs::
     }
     // Durable before it gets its final name: a rename that survives a crash
     // must never point at unwritten blocks.
-    if (fsync(sink.fd) != 0) throw ArchiveError(errno_text("cannot sync " + temp.string(), errno));
+    if (fsync(sink.fd) != 0) throw ArchiveError(os::errno_text("cannot sync " + temp.string(), errno));
     result.archive_bytes = sink.written;
     result.digest = sink.sha.finish();
     return result;
@@ -394,14 +395,14 @@ WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const fs::
 
 std::string file_digest(const fs::path& file) {
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ArchiveError(errno_text("cannot open " + file.string(), errno));
+  if (fd < 0) throw ArchiveError(os::errno_text("cannot open " + file.string(), errno));
   FdCloser closer(fd);
   Sha256 sha;
   std::vector<char> buf(kBlock);
   for (;;) {
     ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw ArchiveError(errno_text("cannot read " + file.string(), errno));
+    if (n < 0) throw ArchiveError(os::errno_text("cannot read " + file.string(), errno));
     if (n == 0) break;
     sha.update(buf.data(), static_cast<std::size_t>(n));
   }

@@ -16,8 +16,6 @@
 
 namespace agentbox::persistence {
 
-inline std::string errno_text(const std::string& what, int err) { return what + ": " + std::strerror(err); }
-
 // Reads lines from fd up to the child's last line, the first that is_final
 // accepts, and returns it ("" if the pipe ends first); each "P " line goes to
 // on_progress (the text after "P "), other lines are skipped. Up to the last

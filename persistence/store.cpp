@@ -1,5 +1,6 @@
 #include "persistence/store.h"
 
+#include "os/unique_fd.h"
 #include "persistence/tree_fs.h"
 
 #include <cerrno>
@@ -161,7 +162,7 @@ void check_staged(int staging, const std::vector<ArchiveTree>& trees,
     }
     if (errno != ENOENT || mkdirat(staging, tree.name.c_str(), 0755) != 0)
       throw ArchiveError("cannot create the restored " + tree.name + ": " + std::strerror(errno));
-    UniqueFd fresh(open_dir_beneath(staging, tree.name));
+    os::UniqueFd fresh(open_dir_beneath(staging, tree.name));
     if (!fresh || (owner && root && fchown(fresh.get(), owner->first, owner->second) != 0))
       throw ArchiveError("cannot hand the restored " + tree.name + " to the sandbox user: " + std::strerror(errno));
   }
@@ -185,8 +186,8 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
   // relative to descriptors of the two directories.
   auto trees = layout_.trees(snapshot.sandbox);
   try {
-    UniqueFd live_fd(open(live.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    UniqueFd staging_fd(live_fd ? open_dir_beneath(live_fd.get(), staging_name) : -1);
+    os::UniqueFd live_fd(open(live.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    os::UniqueFd staging_fd(live_fd ? open_dir_beneath(live_fd.get(), staging_name) : -1);
     if (!staging_fd) throw ArchiveError("cannot open " + staging.string() + ": " + std::strerror(errno));
     check_staged(staging_fd.get(), trees, owner);
     // (tree, exchanged): what to undo if a later tree cannot be swapped in,

@@ -13,22 +13,6 @@
 
 namespace agentbox::persistence {
 
-// A descriptor closed when it goes out of scope.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd();
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
-
 // Deletes `path` and everything under it. A symlink anywhere is unlinked,
 // never followed, also one swapped in for a directory mid-walk (directories
 // are opened O_NOFOLLOW relative to their parent's descriptor); a directory

@@ -1,5 +1,6 @@
 #include "sandbox/agent_client.h"
 
+#include "os/errno_text.h"
 #include "rpc/framing.h"
 #include "rpc/message.h"
 #include "sandbox/bwrap_plan.h"
@@ -106,7 +107,7 @@ void AgentClient::reader_main(LaunchSpec spec) {
   int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
     std::lock_guard lock(mutex_);
-    launch_error_ = errno_message("pipe", errno);
+    launch_error_ = os::errno_text("pipe", errno);
     changed_.notify_all();
     return;
   }
@@ -166,7 +167,7 @@ void AgentClient::reader_main(LaunchSpec spec) {
   {
     std::lock_guard lock(mutex_);
     if (pid < 0) {
-      launch_error_ = errno_message("fork", fork_errno);
+      launch_error_ = os::errno_text("fork", fork_errno);
       for (int fd : {in[1], out[0], err[0]}) close(fd);
       changed_.notify_all();
       return;

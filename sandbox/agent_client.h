@@ -12,7 +12,7 @@
 // forked it ends, not the process.
 #pragma once
 
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 #include "sandbox/staging.h"
 
 #include <nlohmann/json.hpp>

@@ -3,7 +3,7 @@
 // sees of the host").
 #include "sandbox/bwrap_plan.h"
 
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,6 +1,7 @@
 #include "sandbox/cgroups.h"
 
-#include "sandbox/errors.h"
+#include "os/errno_text.h"
+#include "contract/errors.h"
 
 #include <spdlog/spdlog.h>
 
@@ -23,7 +24,7 @@ bool write_file(const fs::path& path, const std::string& value, std::string* why
   out << value;
   out.flush();
   if (!out) {
-    if (why) *why = errno_message("write " + path.string(), errno);
+    if (why) *why = os::errno_text("write " + path.string(), errno);
     return false;
   }
   return true;
@@ -72,7 +73,7 @@ fs::path mount_of(const std::string& controller) {
 
 bool make_dir(const fs::path& dir, std::string& why) {
   if (mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return true;
-  why = errno_message("mkdir " + dir.string(), errno);
+  why = os::errno_text("mkdir " + dir.string(), errno);
   return false;
 }
 
@@ -81,7 +82,7 @@ bool make_dir(const fs::path& dir, std::string& why) {
 bool can_create_in(const fs::path& parent, std::string& why) {
   fs::path probe = parent / ("probe-" + std::to_string(getpid()));
   if (mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) {
-    why = errno_message("mkdir " + probe.string(), errno);
+    why = os::errno_text("mkdir " + probe.string(), errno);
     return false;
   }
   rmdir(probe.c_str());
@@ -186,7 +187,7 @@ Delegation v2_delegation(const fs::path& dir, unsigned uid) {
   Delegation d;
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
-    d.why = errno_message("stat " + dir.string(), errno);
+    d.why = os::errno_text("stat " + dir.string(), errno);
     return d;
   }
   std::string controllers = read_file(dir / "cgroup.controllers");
@@ -199,7 +200,7 @@ Delegation v2_delegation(const fs::path& dir, unsigned uid) {
   }
   for (const char* file : {"cgroup.procs", "cgroup.subtree_control"}) {
     if (access((dir / file).c_str(), W_OK) != 0) {
-      d.why = errno_message(std::string(file) + " is not writable", errno);
+      d.why = os::errno_text(std::string(file) + " is not writable", errno);
       return d;
     }
   }

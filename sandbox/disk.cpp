@@ -1,8 +1,9 @@
 #include "sandbox/disk.h"
 
+#include "os/errno_text.h"
 #include "persistence/sandbox_lock.h"
 #include "persistence/store.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 #include "sandbox/run_capture.h"
 
 #include <spdlog/spdlog.h>
@@ -44,7 +45,7 @@ constexpr std::uint64_t kMinBytes = 16ull << 20;  // ext4 with a journal needs a
 constexpr std::uint64_t kProbeBytes = 16ull << 20;
 
 SandboxError disk_error(const std::string& what, int err) {
-  return SandboxError(codes::kSandboxStartFailed, errno_message(what, err));
+  return SandboxError(codes::kSandboxStartFailed, os::errno_text(what, err));
 }
 
 std::string find_mkfs() {
@@ -175,7 +176,7 @@ std::string Disks::probe(bool may_mount) const {
   if (access("/dev/loop-control", R_OK | W_OK) != 0)
     return "no usable /dev/loop-control (" + std::string(std::strerror(errno)) + ")";
   if (mkfs_.empty()) return "mkfs.ext4 is not installed (apt install e2fsprogs)";
-  if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return errno_message("cannot create " + dir_.string(), errno);
+  if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return os::errno_text("cannot create " + dir_.string(), errno);
   // A real one, end to end: a container may have the device but refuse the mount.
   fs::path mount_point = dir_ / (".probe-" + persistence::random_hex(8));
   fs::path image = mount_point.string() + ".img";
@@ -307,11 +308,11 @@ bool Disks::drop(const fs::path& sandbox_dir) const {
   // Unmounted first: a crash in between leaves an image recovery mounts and drops again.
   while (is_mount_point(sandbox_dir)) {
     if (umount2(sandbox_dir.c_str(), MNT_DETACH) != 0)
-      throw SandboxError(codes::kInternal, errno_message("cannot unmount " + sandbox_dir.string(), errno));
+      throw SandboxError(codes::kInternal, os::errno_text("cannot unmount " + sandbox_dir.string(), errno));
     had = true;
   }
   if (had && unlink(img.c_str()) != 0 && errno != ENOENT)
-    throw SandboxError(codes::kInternal, errno_message("cannot delete " + img.string(), errno));
+    throw SandboxError(codes::kInternal, os::errno_text("cannot delete " + img.string(), errno));
   return had;
 }
 
@@ -366,7 +367,7 @@ bool Disks::drop_quietly(const fs::path& sandbox_dir) const noexcept {
 
 void Disks::unmount_quietly(const fs::path& sandbox_dir) const noexcept {
   if (is_mount_point(sandbox_dir) && umount2(sandbox_dir.c_str(), MNT_DETACH) != 0)
-    spdlog::warn("{}", errno_message("cannot unmount " + sandbox_dir.string(), errno));
+    spdlog::warn("{}", os::errno_text("cannot unmount " + sandbox_dir.string(), errno));
 }
 
 std::unique_ptr<Disks> start_disks(const DiskOptions& options, const persistence::StateLayout& layout, bool may_mount) {

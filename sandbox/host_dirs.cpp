@@ -1,7 +1,9 @@
 #include "sandbox/host_dirs.h"
 
+#include "os/errno_text.h"
+#include "os/unique_fd.h"
 #include "persistence/tree_fs.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <cerrno>
 #include <fcntl.h>
@@ -11,12 +13,12 @@
 namespace agentbox::sandbox {
 
 namespace fs = std::filesystem;
-using persistence::UniqueFd;
+using os::UniqueFd;
 
 namespace {
 
 [[noreturn]] void fail(const std::string& what, int err) {
-  throw SandboxError(codes::kSandboxStartFailed, errno_message(what, err));
+  throw SandboxError(codes::kSandboxStartFailed, os::errno_text(what, err));
 }
 
 // <root>/name as an opened directory, made when missing. A symlink or a file

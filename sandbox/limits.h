@@ -4,15 +4,14 @@
 // always holds even on hosts where cgroups are not writable.
 #pragma once
 
+#include "contract/limits.h"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace agentbox::sandbox {
-
-// The CPUs this process may run on (its affinity mask), at least one.
-int usable_cpus();
 
 // All the CPUs this process may run on but one, at least one: the default
 // CPU quota of a sandbox.
@@ -31,17 +30,17 @@ struct Limits {
   // Each tmpfs in the box (/dev/shm, /run): RAM, counted in the memory
   // cgroup where there is one (docs/design.md section 8).
   std::uint64_t tmpfs_bytes = 64ull << 20;
-  std::chrono::milliseconds default_timeout{120'000};
+  std::chrono::milliseconds default_timeout{contract::kDefaultTimeoutMs};
   std::chrono::milliseconds max_timeout{3'600'000};
-  std::size_t inline_output_chars = 30'000;
+  std::size_t inline_output_chars = contract::kInlineOutputChars;
   // Per stream of a background process: the first head bytes are kept, then
   // the last tail bytes (the oldest in between are dropped with a marker).
-  std::size_t process_head_bytes = 64 * 1024;
-  std::size_t process_tail_bytes = 1024 * 1024;
+  std::size_t process_head_bytes = contract::kProcessHeadBytes;
+  std::size_t process_tail_bytes = contract::kProcessTailBytes;
 };
 
-// The agent's command-line form of the rlimit part (--nproc N --fsize N ...),
-// so the agent needs no configuration file inside the sandbox.
+// The agent's command-line form of the rlimit part (--nproc N --fsize N ...,
+// contract/limits.h), so the agent needs no configuration file inside the sandbox.
 std::vector<std::string> agent_limit_args(const Limits& limits, bool memory_cgroup);
 
 }  // namespace agentbox::sandbox

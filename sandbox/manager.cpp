@@ -1,5 +1,6 @@
 #include "sandbox/manager.h"
 
+#include "os/errno_text.h"
 #include "persistence/recovery.h"
 #include "persistence/tree_fs.h"
 #include "sandbox/host_dirs.h"
@@ -23,7 +24,7 @@ namespace {
 
 void make_dir(const fs::path& dir, mode_t mode) {
   if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
-    throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot create " + dir.string(), errno));
+    throw SandboxError(codes::kSandboxStartFailed, os::errno_text("cannot create " + dir.string(), errno));
   chmod(dir.c_str(), mode);
 }
 
@@ -127,7 +128,7 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   agent_binary_ = agent_copy_->path();  // by fd from a copy mountinfo does not name (bwrap_plan.h AgentCopy)
   agent_fd_ = open(agent_binary_.c_str(), O_PATH | O_CLOEXEC);
   if (agent_fd_ < 0)
-    throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot open the agent " + agent_binary_.string(), errno));
+    throw SandboxError(codes::kSandboxStartFailed, os::errno_text("cannot open the agent " + agent_binary_.string(), errno));
   remove_stale_cgroups();
   idle_thread_ = std::thread([this] { idle_main(); });
   if (options_.spare != ManagerOptions::Spare::None) {
@@ -403,7 +404,7 @@ std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
   // then waits in a shell for a line on the gate before it execs bwrap (a
   // small process image instead of a copy of the server waiting).
   int gate[2];
-  if (pipe2(gate, O_CLOEXEC) != 0) throw SandboxError(codes::kSandboxStartFailed, errno_message("pipe", errno));
+  if (pipe2(gate, O_CLOEXEC) != 0) throw SandboxError(codes::kSandboxStartFailed, os::errno_text("pipe", errno));
   std::string fd = std::to_string(kAgentFdInBwrap + 1);
   std::vector<std::string> argv = {"/bin/sh", "-c",
                                    "unset PWD; read -r go <&" + fd + " || exit 0; exec " + fd + "<&-; exec \"$@\"",

@@ -2,7 +2,7 @@
 
 #include "server/conversation.h"
 #include "server/logging.h"
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <spdlog/spdlog.h>
 
@@ -186,11 +186,11 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
   // message limit becomes an INTERNAL error result, not -32603.
   call->on_oversized([](std::size_t bytes, std::size_t limit) {
     return call_tool_result(tools::ToolResult::error(
-        sandbox::codes::kInternal, "the result (" + std::to_string(bytes) + " bytes) is larger than the " +
+        codes::kInternal, "the result (" + std::to_string(bytes) + " bytes) is larger than the " +
                                        std::to_string(limit) + " byte message limit; ask for less at a time"));
   });
   if (tool_with_bad_arguments(registry_, call->params())) {
-    answer(tools::ToolResult::error(sandbox::codes::kInvalidArguments, "arguments must be an object",
+    answer(tools::ToolResult::error(codes::kInvalidArguments, "arguments must be an object",
                                     json{{"field", "arguments"}}));
     return;
   }
@@ -202,7 +202,7 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
   // Argument errors are error results in every protocol era: a model can
   // correct one, while Codex shows a -32602 as a backtrace.
   if (auto invalid = registry_.validate(*tool, params.arguments)) {
-    answer(tools::ToolResult::error(sandbox::codes::kInvalidArguments,
+    answer(tools::ToolResult::error(codes::kInvalidArguments,
                                     argument_message(registry_.definition(*tool), *invalid),
                                     json{{"field", invalid->field}}));
     return;
@@ -215,7 +215,7 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
   } catch (const std::exception& e) {
     // A tool that throws is a server bug; the model still gets a result.
     spdlog::error("tool {} failed: {}", params.name, e.what());
-    reply(tools::ToolResult::error(sandbox::codes::kInternal, std::string("the tool failed: ") + e.what()));
+    reply(tools::ToolResult::error(codes::kInternal, std::string("the tool failed: ") + e.what()));
   }
 }
 

@@ -1,7 +1,7 @@
 #include "server/transport.h"
 
 #include "rpc/json_parse.h"
-#include "sandbox/limits.h"
+#include "os/cpus.h"
 
 #include <spdlog/spdlog.h>
 
@@ -109,7 +109,7 @@ using Clock = std::chrono::steady_clock;
 class InputWaiter {
  public:
   InputWaiter(int in, int wake, std::chrono::microseconds spin)
-      : fds_{{in, POLLIN, 0}, {wake, POLLIN, 0}}, spin_(sandbox::usable_cpus() > 1 ? spin : std::chrono::microseconds(0)) {}
+      : fds_{{in, POLLIN, 0}, {wake, POLLIN, 0}}, spin_(os::usable_cpus() > 1 ? spin : std::chrono::microseconds(0)) {}
 
   bool wait() {
     auto start = Clock::now();

@@ -1,11 +1,11 @@
 // File tools: file_read, file_write, file_edit, file_list, file_stat,
 // file_mkdir, file_delete, file_move, file_search. Each maps to one agent
-// method (sandbox/agent_files.h), which runs inside the sandbox; this file
+// method (agent/files.h), which runs inside the sandbox; this file
 // only names the method and turns its result into the text the model reads.
 // The structured result is the agent's result as is.
 #include "tools/sandbox_call.h"
 
-#include "sandbox/agent_files.h"
+#include "contract/agent_methods.h"
 
 namespace agentbox::tools {
 
@@ -74,7 +74,7 @@ std::string search_text(const json& r) {
 }
 
 // Which calls may run on the server's stdin reader thread: the agent's own
-// rule for its reader thread (sandbox::quick_file_call), content small enough
+// rule for its reader thread (contract::quick_file_call), content small enough
 // for the agent's pipe, once the manager is up. call_agent never blocks on
 // that path; it falls back to a thread of its own when the sandbox is not
 // running or its pipe is busy.
@@ -90,7 +90,7 @@ void bind_tool(Registry& registry, const Services& services, const char* tool, c
   Registry::RunInline run_inline;
   if (services.sandboxes_ready)
     run_inline = [ready = services.sandboxes_ready, method](const json& args) {
-      return sandbox::quick_file_call(method, args) && small_content(args) && ready();
+      return contract::quick_file_call(method, args) && small_content(args) && ready();
     };
   registry.add(
       tool,

@@ -1,6 +1,6 @@
 // Background processes: process_start, process_list, process_output,
 // process_wait, process_kill, process_write (agent side in
-// sandbox/agent_processes.h). Waiting calls get server-side timeouts a little
+// agent/processes.h). Waiting calls get server-side timeouts a little
 // longer than their own wait.
 #include "tools/sandbox_call.h"
 

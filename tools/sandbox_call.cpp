@@ -1,12 +1,10 @@
 #include "tools/sandbox_call.h"
 
-#include "sandbox/thread_cache.h"
+#include "os/thread_cache.h"
 
 #include <spdlog/spdlog.h>
 
 namespace agentbox::tools {
-
-using sandbox::SandboxError;
 
 json agent_params(const json& arguments) {
   json params = arguments.is_object() ? arguments : json::object();
@@ -16,9 +14,9 @@ json agent_params(const json& arguments) {
 
 ToolResult error_result(const SandboxError& error) {
   // Codes from the box's agent are untrusted: outside the vocabulary, INTERNAL.
-  if (!sandbox::codes::known(error.code())) {
+  if (!codes::known(error.code())) {
     spdlog::warn("the sandbox reported an unknown error code; shown as INTERNAL");
-    return ToolResult::error(sandbox::codes::kInternal, error.what());
+    return ToolResult::error(codes::kInternal, error.what());
   }
   return ToolResult::error(error.code(), error.what());
 }
@@ -49,13 +47,13 @@ bool page_of(json& entries, const char* key, const std::string& cursor, std::siz
 }
 
 ToolResult unknown_cursor(const std::string& cursor) {
-  return ToolResult::error(sandbox::codes::kInvalidArguments,
+  return ToolResult::error(codes::kInvalidArguments,
                            "cursor '" + cursor + "' names no entry of this list (gone since?); list again without it");
 }
 
 sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
   if (!services.sandboxes) {
-    reply(ToolResult::error(sandbox::codes::kSandboxUnavailable, "this server was started without sandbox support"));
+    reply(ToolResult::error(codes::kSandboxUnavailable, "this server was started without sandbox support"));
     return nullptr;
   }
   try {
@@ -69,7 +67,7 @@ sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& re
 void run_blocking(std::function<void()> job) {
   // Not on the dispatcher's pool: these jobs would hold a pool worker for tens
   // of milliseconds or more.
-  static sandbox::ThreadCache threads;
+  static os::ThreadCache threads;
   threads.run(std::move(job));
 }
 
@@ -84,7 +82,7 @@ ToolResult format_result(const Formatter& format, json result, const std::weak_p
   } catch (const std::exception& e) {
     std::string why = std::string("a result the server could not read (") + e.what() + ")";
     if (auto c = client.lock()) c->reject(why);
-    return ToolResult::error(sandbox::codes::kSandboxFailed,
+    return ToolResult::error(codes::kSandboxFailed,
                              "the sandbox's agent sent " + why +
                                  "; the sandbox was stopped and will be restarted on the next call");
   }

@@ -38,7 +38,7 @@ const json& agent_array(const json& result, const char* key);
 // The tool arguments the agent takes: everything but "conversation".
 json agent_params(const json& arguments);
 
-ToolResult error_result(const sandbox::SandboxError& error);
+ToolResult error_result(const SandboxError& error);
 
 // A snapshot as tools show it (snapshot_list, sandbox_status).
 json snapshot_json(const persistence::SnapshotRecord& snapshot);

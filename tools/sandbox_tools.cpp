@@ -38,7 +38,7 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
       json agent = client->call("status", json::object(), std::chrono::seconds(10));
       status["sessions"] = agent.value("sessions", json::array());
       status["processes"] = agent.value("processes", json::array());
-    } catch (const sandbox::SandboxError& e) {
+    } catch (const SandboxError& e) {
       status["state"] = "failed";
       status["error"] = {{"code", e.code()}, {"message", e.what()}};
     }
@@ -94,7 +94,7 @@ void register_sandbox_tools(Registry& registry, const Services& services) {
                                         " snapshot(s), which sandbox_restore can bring back."
                                       : "Destroyed the sandbox, its files and its snapshots.";
         reply(ToolResult::ok({{"destroyed", destroyed}, {"sandbox", id}, {"snapshots_kept", kept}}, text));
-      } catch (const sandbox::SandboxError& e) {
+      } catch (const SandboxError& e) {
         reply(error_result(e));
       }
     });

@@ -1,5 +1,5 @@
 // session_create, session_list, session_delete: shell sessions of the
-// conversation's sandbox (the agent keeps them; see sandbox/agent_sessions.h).
+// conversation's sandbox (the agent keeps them; see agent/sessions.h).
 #include "tools/sandbox_call.h"
 
 namespace agentbox::tools {

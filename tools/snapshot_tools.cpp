@@ -43,7 +43,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
         reply(ToolResult::ok(out, "Snapshot " + s.id + (label.empty() ? "" : " '" + label + "'") + ": " +
                                       std::to_string(s.files) + " entries, " + megabytes(s.bytes) + " compressed, in " +
                                       std::to_string(info.duration.count()) + " ms."));
-      } catch (const sandbox::SandboxError& e) {
+      } catch (const SandboxError& e) {
         reply(error_result(e));
       }
     });
@@ -83,7 +83,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
         reply(ToolResult::ok(out, "Restored snapshot " + info.record.id + " (taken " + info.record.created_at + ") in " +
                                       std::to_string(info.duration.count()) +
                                       " ms; running processes were stopped, sessions kept their state."));
-      } catch (const sandbox::SandboxError& e) {
+      } catch (const SandboxError& e) {
         reply(error_result(e));
       }
     });

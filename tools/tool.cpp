@@ -1,6 +1,6 @@
 #include "tools/tool.h"
 
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <spdlog/spdlog.h>
 
@@ -27,7 +27,7 @@ struct ToolReply::State {
 
   ~State() {
     if (!replied.load())
-      sink(ToolResult::error(sandbox::codes::kInternal, "tool '" + tool + "' finished without an answer (a server bug)"));
+      sink(ToolResult::error(codes::kInternal, "tool '" + tool + "' finished without an answer (a server bug)"));
   }
 };
 

@@ -5,7 +5,7 @@
 // hostile box code would); that line is replaced by bad line number n,
 // which reuses the original line's id where it needs a real one.
 #include "rpc/framing.h"
-#include "sandbox/agent.h"
+#include "agent/agent.h"
 
 #include <nlohmann/json.hpp>
 
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
-    return agentbox::sandbox::agent_main(argc, argv);
+    return agentbox::agent::agent_main(argc, argv);
   }
   close(out[1]);
   std::signal(SIGPIPE, SIG_IGN);

@@ -6,11 +6,12 @@
 // "reboot" (an image that is not mounted when the server starts).
 #include "fixture.h"
 
-#include "sandbox/errors.h"
+#include "contract/errors.h"
 
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 namespace fs = std::filesystem;

@@ -1,16 +1,18 @@
-// File operations through the in-sandbox agent (sandbox/agent_files.h):
+// File operations through the in-sandbox agent (agent/files.h):
 // round trips of every byte value, text edge cases, paging, atomic writes,
 // edits, listings, search, every error code, and attempts to reach outside
 // the sandbox through symlinks and path tricks.
 #include "fixture.h"
 
-#include "sandbox/base64.h"
-#include "sandbox/file_paths.h"
+#include "agent/base64.h"
+#include "agent/file_paths.h"
 
 #include <fstream>
 #include <thread>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
+using namespace agentbox::agent;
 using namespace agentbox::sandbox::test;
 
 namespace {

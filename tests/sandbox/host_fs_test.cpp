@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 namespace fs = std::filesystem;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <sys/resource.h>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 

@@ -8,6 +8,7 @@
 
 #include <future>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 

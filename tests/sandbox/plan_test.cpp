@@ -1,11 +1,12 @@
 // Unit tests of the pieces that need no sandbox: the bwrap plan as data, the
 // bounded output buffer, signal names, cgroup detection and the seccomp filter.
-#include "sandbox/agent_spawn.h"
+#include "agent/output_buffer.h"
+#include "agent/seccomp.h"
+#include "agent/spawn.h"
+#include "os/utf8.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/host_etc.h"
-#include "sandbox/output_buffer.h"
-#include "sandbox/seccomp.h"
 
 #include <catch2/catch.hpp>
 
@@ -13,6 +14,7 @@
 #include <csignal>
 
 using namespace agentbox::sandbox;
+using namespace agentbox::agent;
 
 namespace {
 
@@ -202,8 +204,8 @@ TEST_CASE("shown cost counts a byte in the text and escaped in JSON") {
 
 TEST_CASE("cuts never split a UTF-8 sequence") {
   std::string s = "a\xC3\xA9\xC3\xA9";  // a é é
-  CHECK(utf8_prefix(s, 2) == "a");
-  CHECK(utf8_suffix(s, 3) == "\xC3\xA9");
+  CHECK(agentbox::os::utf8_prefix(s, 2) == "a");
+  CHECK(agentbox::os::utf8_suffix(s, 3) == "\xC3\xA9");
 }
 
 TEST_CASE("signal names round-trip") {

@@ -5,6 +5,7 @@
 #include <future>
 #include <thread>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 

@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 

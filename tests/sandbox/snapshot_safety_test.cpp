@@ -8,6 +8,7 @@
 
 #include <sys/stat.h>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
 namespace fs = std::filesystem;

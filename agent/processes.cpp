@@ -1,0 +1,504 @@
+#include "agent/processes.h"
+
+#include "os/errno_text.h"
+#include "agent/spawn.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <regex>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace agentbox::agent {
+
+using Clock = std::chrono::steady_clock;
+
+struct ProcessTable::Record {
+  Record(std::size_t head, std::size_t tail) : out(head, tail), err(head, tail) {}
+  std::string id;
+  std::string command;
+  bool background = true;
+  pid_t reaper = -1;
+  pid_t pid = -1;
+  std::string status = "running";
+  std::optional<int> exit_code;
+  std::string signal;
+  OutputBuffer out, err;
+  int open_streams = 0;
+  int stdin_fd = -1;
+  std::string status_bytes;  // the reaper's report arrives as 4 raw bytes
+  bool kill_requested = false;
+  std::condition_variable changed;
+};
+
+namespace {
+
+void set_exit(int wait_status, std::string& status, std::optional<int>& exit_code, std::string& signal) {
+  if (WIFEXITED(wait_status)) {
+    status = "exited";
+    exit_code = WEXITSTATUS(wait_status);
+  } else if (WIFSIGNALED(wait_status)) {
+    status = "killed";
+    exit_code = 128 + WTERMSIG(wait_status);
+    signal = signal_name(WTERMSIG(wait_status));
+  }
+}
+
+bool port_accepts(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::string resolve_path(const std::string& cwd, const std::string& path) {
+  if (path.empty()) return cwd;
+  if (path[0] == '/') return path;
+  return cwd + (cwd.size() > 1 ? "/" : "") + path;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+bool valid_env_name(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+void write_text_file(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw SandboxError(codes::kInternal, os::errno_text("create " + path, errno));
+  std::size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      throw SandboxError(codes::kInternal, os::errno_text("write " + path, err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  close(fd);
+}
+
+ProcessTable::ProcessTable(IoLoop& io, const AgentConfig& config, SessionResolver resolve)
+    : io_(io), config_(config), resolve_(std::move(resolve)) {
+  mkdir((std::string(contract::kRuntimeDir) + "/p").c_str(), 0700);
+}
+
+ProcessTable::~ProcessTable() { kill_all(); }
+
+std::shared_ptr<ProcessTable::Record> ProcessTable::find(const json& params) {
+  std::string id = require_string(params, "process_id");
+  std::lock_guard lock(mutex_);
+  auto it = records_.find(id);
+  if (it == records_.end())
+    throw SandboxError(codes::kProcessNotFound, "no process '" + id + "' in this sandbox (process_list shows them)");
+  return it->second;
+}
+
+json ProcessTable::describe(const Record& r) const {
+  // A command can be a whole script: results show its start (docs/files.md,
+  // "What hosts show").
+  std::size_t shown = fit_prefix(r.command, kShownCommandCost, 2);
+  json j = {{"process_id", r.id}, {"command", r.command.substr(0, shown)}, {"status", r.status}, {"pid", r.pid}};
+  if (shown < r.command.size()) j["command_truncated"] = true;
+  j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
+  if (!r.signal.empty()) j["signal"] = r.signal;
+  return j;
+}
+
+void ProcessTable::watch_streams(const std::shared_ptr<Record>& record, int out_fd, int err_fd, int status_fd) {
+  std::weak_ptr<Record> weak = record;
+  auto append = [this, weak](bool is_err) {
+    return [this, weak, is_err](std::string_view data) {
+      if (auto r = weak.lock()) {
+        std::lock_guard lock(mutex_);
+        (is_err ? r->err : r->out).append(data);
+        r->changed.notify_all();
+      }
+    };
+  };
+  auto closed = [this, weak] {
+    if (auto r = weak.lock()) {
+      std::lock_guard lock(mutex_);
+      --r->open_streams;
+      r->changed.notify_all();
+    }
+  };
+  record->open_streams = 2;
+  io_.watch(out_fd, append(false), closed);
+  io_.watch(err_fd, append(true), closed);
+  io_.watch(
+      status_fd,
+      [this, weak](std::string_view data) {
+        auto r = weak.lock();
+        if (!r) return;
+        std::lock_guard lock(mutex_);
+        r->status_bytes.append(data);
+        if (r->status_bytes.size() >= sizeof(int) && r->status == "running") {
+          int status;
+          std::memcpy(&status, r->status_bytes.data(), sizeof status);
+          set_exit(status, r->status, r->exit_code, r->signal);
+          r->changed.notify_all();
+        }
+      },
+      [this, weak] {
+        auto r = weak.lock();
+        if (!r) return;
+        std::lock_guard lock(mutex_);
+        // The reaper died without a report: killed along with its tree by
+        // process_kill, or by something else in the sandbox.
+        if (r->status == "running") {
+          r->status = r->kill_requested ? "killed" : "lost";
+          if (r->kill_requested) {
+            r->exit_code = 128 + SIGKILL;
+            r->signal = "SIGKILL";
+          }
+        }
+        r->changed.notify_all();
+      });
+}
+
+json ProcessTable::start(const json& params) {
+  std::string command = require_string(params, "command");
+  SessionContext session = resolve_(param_string(params, "session", "default"));
+  std::string cwd = resolve_path(session.cwd, param_string(params, "cwd", ""));
+  struct stat st;
+  if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::string given = param_string(params, "cwd", "");
+    throw SandboxError(codes::kInvalidCwd, "working directory '" + cwd + "' does not exist or is not a directory" +
+                                               (!given.empty() && given[0] != '/'
+                                                    ? " (a relative cwd resolves against the session's cwd " + session.cwd + ")"
+                                                    : ""));
+  }
+  std::string prefix;
+  for (const auto& [name, value] : param_env(params)) prefix += name + "=" + shell_quote(value) + " ";
+
+  auto record = std::make_shared<Record>(config_.process_head_bytes, config_.process_tail_bytes);
+  record->command = command;
+  {
+    std::lock_guard lock(mutex_);
+    std::size_t background = 0;
+    for (const auto& [id, r] : records_) background += r->background;
+    if (background >= kMaxBackground) {
+      for (auto it = records_.begin(); it != records_.end(); ++it) {
+        if (it->second->background && it->second->status != "running") {
+          records_.erase(it);
+          --background;
+          break;
+        }
+      }
+    }
+    if (background >= kMaxBackground)
+      throw SandboxError(codes::kInvalidArguments, "this sandbox already runs " + std::to_string(kMaxBackground) +
+                                                      " background processes; stop some with process_kill");
+    record->id = "proc-" + std::to_string(next_id_++);
+  }
+  std::string script = std::string(contract::kRuntimeDir) + "/p/" + record->id + ".sh";
+  write_text_file(script, command + "\n");
+  // The session's state first (functions, exported variables, aliases), then
+  // the command sourced from a file so heredocs and quotes need no escaping.
+  std::string shell = ". " + shell_quote(session.state_file) + " >/dev/null 2>&1; set +e; shopt -s expand_aliases\n" +
+                      "builtin cd -- " + shell_quote(cwd) + " || exit 126\n" + prefix + ". " + shell_quote(script);
+
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
+    throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
+  SpawnSpec spec;
+  spec.argv = {"/bin/bash", "--noprofile", "--norc", "-c", shell};
+  spec.env = config_.environment;
+  spec.cwd = cwd;
+  spec.stdin_fd = in[0];
+  spec.stdout_fd = out[1];
+  spec.stderr_fd = err[1];
+  Spawned spawned;
+  try {
+    spawned = spawn_supervised(spec);
+  } catch (...) {
+    for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
+    throw;
+  }
+  for (int fd : {in[0], out[1], err[1]}) close(fd);
+  record->reaper = spawned.reaper;
+  record->pid = spawned.pid;
+  record->stdin_fd = in[1];
+  {
+    std::lock_guard lock(mutex_);
+    records_[record->id] = record;
+  }
+  watch_streams(record, out[0], err[0], spawned.status_fd);
+  return {{"process_id", record->id}, {"pid", record->pid}, {"status", "running"}};
+}
+
+json ProcessTable::list(const json& params) {
+  std::string cursor = param_string(params, "cursor", "");
+  std::lock_guard lock(mutex_);
+  json list = json::array();
+  json result = json::object();  // `truncated` only when cut, as before paging
+  std::size_t used = 0;
+  for (auto it = cursor.empty() ? records_.begin() : records_.upper_bound(cursor); it != records_.end(); ++it) {
+    if (!it->second->background) continue;
+    json entry = describe(*it->second);
+    // Shown twice (a text line and its JSON), with room for its id as the
+    // next cursor should it be the last.
+    std::size_t cost = 2 * entry.dump().size();
+    if (!list.empty() && used + cost + 2 * (it->first.size() + 8) > config_.inline_output_chars) {
+      result["truncated"] = true;
+      result["next_cursor"] = list.back()["process_id"];
+      break;
+    }
+    used += cost;
+    list.push_back(std::move(entry));
+  }
+  result["processes"] = std::move(list);
+  return result;
+}
+
+json ProcessTable::output(AgentRequest& request) {
+  const json& params = request.params();
+  auto record = find(params);
+  std::uint64_t offset = static_cast<std::uint64_t>(std::max<std::int64_t>(0, param_int(params, "offset", 0)));
+  std::uint64_t err_offset =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, param_int(params, "stderr_offset", 0)));
+  auto wait = std::chrono::milliseconds(std::clamp<std::int64_t>(param_int(params, "wait_ms", 0), 0, 300'000));
+  std::string pattern_text = param_string(params, "pattern", "");
+  std::optional<std::regex> pattern;
+  if (!pattern_text.empty()) {
+    try {
+      pattern.emplace(pattern_text, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw SandboxError(codes::kInvalidArguments, "pattern is not a valid regular expression: " + std::string(e.what()));
+    }
+  }
+  std::size_t budget = config_.inline_output_chars;
+  request.on_cancel([record, this] {
+    std::lock_guard inner(mutex_);
+    record->changed.notify_all();
+  });
+  std::unique_lock lock(mutex_);
+  bool matched = false;
+  auto done = [&] {
+    bool finished = record->status != "running" && record->open_streams == 0;
+    if (pattern) {
+      std::string fresh = record->out.held_from(offset) + "\n" + record->err.held_from(err_offset);
+      matched = std::regex_search(fresh, *pattern);
+      return matched || finished || request.cancelled();
+    }
+    return record->out.total() > offset || record->err.total() > err_offset || finished || request.cancelled();
+  };
+  if (wait.count() > 0) record->changed.wait_for(lock, wait, done);
+  else done();
+  // Budgets are shown_cost (text and structuredContent together); each
+  // stream keeps some, so a flood on one does not starve the other.
+  auto [out_budget, err_budget] = split_budget(cost_bound(record->out.total() - std::min(offset, record->out.total())),
+                                               cost_bound(record->err.total() - std::min(err_offset, record->err.total())), budget);
+  auto out = record->out.read(offset, std::max<std::size_t>(out_budget, 1024), kMaxShownLines - kMaxShownLines / 4);
+  auto err = record->err.read(err_offset, std::max<std::size_t>(err_budget, 1024), kMaxShownLines / 4);
+  json result = describe(*record);
+  result.erase("command");
+  result["stdout"] = out.data;
+  result["stderr"] = err.data;
+  result["next_offset"] = out.next_offset;
+  result["stderr_next_offset"] = err.next_offset;
+  result["stdout_bytes"] = record->out.total();
+  result["stderr_bytes"] = record->err.total();
+  result["complete"] = record->status != "running" && record->open_streams == 0 &&
+                       out.next_offset == record->out.total() && err.next_offset == record->err.total();
+  if (pattern) result["matched"] = matched;
+  return result;
+}
+
+json ProcessTable::wait(AgentRequest& request) {
+  const json& params = request.params();
+  auto record = find(params);
+  auto timeout = std::chrono::milliseconds(std::clamp<std::int64_t>(param_int(params, "timeout_ms", 30'000), 0, 3'600'000));
+  int port = static_cast<int>(param_int(params, "port", 0));
+  if (port < 0 || port > 65535) throw SandboxError(codes::kInvalidArguments, "port must be between 1 and 65535");
+  auto deadline = Clock::now() + timeout;
+  request.on_cancel([record, this] {
+    std::lock_guard inner(mutex_);
+    record->changed.notify_all();
+  });
+  std::unique_lock lock(mutex_);
+  bool port_ready = false;
+  for (;;) {
+    if (record->status != "running" || request.cancelled()) break;
+    if (port > 0) {
+      lock.unlock();
+      port_ready = port_accepts(port);
+      lock.lock();
+      if (port_ready) break;
+    }
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    auto step = port > 0 ? std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(50)) : deadline - now;
+    record->changed.wait_for(lock, step);
+  }
+  json result = describe(*record);
+  result.erase("command");
+  result["timed_out"] = !port_ready && record->status == "running" && !request.cancelled();
+  if (port > 0) result["port_ready"] = port_ready;
+  return result;
+}
+
+json ProcessTable::kill(const json& params) {
+  auto record = find(params);
+  int sig = SIGTERM;
+  if (params.contains("signal") && !params["signal"].is_null()) {
+    const json& s = params["signal"];
+    // The schema takes a string (no union types: docs/protocol.md, "Tool
+    // schemas"), so a number comes as "9"; an integer is still understood.
+    sig = s.is_number_integer() ? s.get<int>() : s.is_string() ? signal_number(s.get<std::string>()) : 0;
+    if (s.is_string() && sig == 0) {
+      const auto& text = s.get_ref<const std::string&>();
+      if (!text.empty() && text.size() <= 2 && text.find_first_not_of("0123456789") == std::string::npos)
+        sig = std::stoi(text);
+    }
+    if (sig <= 0 || sig >= 65)
+      throw SandboxError(codes::kInvalidArguments, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
+  }
+  if (!record->background) throw SandboxError(codes::kInvalidArguments, record->id + " is the output of a finished exec");
+  if (record->reaper <= 0) {
+    // Lost at a teardown: nothing to signal (and kill(-1) would hit everything).
+  } else if (sig == SIGKILL) {
+    {
+      std::lock_guard lock(mutex_);
+      record->kill_requested = true;
+    }
+    kill_tree(record->reaper);
+  } else {
+    signal_tree(record->reaper, sig);
+  }
+  std::unique_lock lock(mutex_);
+  record->changed.wait_for(lock, std::chrono::seconds(2), [&] { return record->status != "running"; });
+  json result = describe(*record);
+  result.erase("command");
+  return result;
+}
+
+json ProcessTable::write(const json& params) {
+  auto record = find(params);
+  std::string data = param_string(params, "data", "");
+  bool eof = params.value("eof", false);
+  int fd;
+  {
+    std::lock_guard lock(mutex_);
+    fd = record->stdin_fd;
+  }
+  if (fd < 0) throw SandboxError(codes::kInvalidArguments, "the stdin of " + record->id + " is already closed");
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  std::size_t written = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (written < data.size() && Clock::now() < deadline) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n > 0) {
+      written += static_cast<std::size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 100);
+    } else {
+      break;  // EPIPE: nobody reads stdin any more
+    }
+  }
+  if (eof) {
+    std::lock_guard lock(mutex_);
+    if (record->stdin_fd >= 0) close(record->stdin_fd);
+    record->stdin_fd = -1;
+  }
+  return {{"bytes_written", written}};
+}
+
+std::string ProcessTable::reserve_exec_id() {
+  std::lock_guard lock(mutex_);
+  return "exec-" + std::to_string(next_id_++);
+}
+
+void ProcessTable::add_exec_output(const std::string& id, const std::string& command, OutputBuffer out,
+                                   OutputBuffer err, int exit_code) {
+  auto record = std::make_shared<Record>(0, 0);
+  record->out = std::move(out);
+  record->err = std::move(err);
+  record->command = command;
+  record->background = false;
+  record->status = "exited";
+  record->exit_code = exit_code;
+  record->id = id;
+  std::lock_guard lock(mutex_);
+  records_[record->id] = record;
+  exec_ids_.push_back(record->id);
+  if (exec_ids_.size() > kMaxExecOutputs) {
+    records_.erase(exec_ids_.front());
+    exec_ids_.pop_front();
+  }
+}
+
+json ProcessTable::adopt_lost(const json& params) {
+  if (!params.contains("processes") || !params["processes"].is_array())
+    throw SandboxError(codes::kInvalidArguments, "process.adopt_lost needs a processes array");
+  std::lock_guard lock(mutex_);
+  for (const auto& p : params["processes"]) {
+    std::string id = require_string(p, "process_id");
+    auto record = std::make_shared<Record>(0, 0);
+    record->id = id;
+    record->command = param_string(p, "command", "");
+    record->status = "lost";
+    records_[id] = record;
+    // New ids continue after the lost ones.
+    if (id.rfind("proc-", 0) == 0) next_id_ = std::max<unsigned>(next_id_, static_cast<unsigned>(std::atoi(id.c_str() + 5)) + 1);
+  }
+  return {{"adopted", params["processes"].size()}};
+}
+
+std::vector<std::string> ProcessTable::background_ids() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> ids;
+  for (const auto& [id, r] : records_) {
+    if (r->background) ids.push_back(id);
+  }
+  return ids;
+}
+
+void ProcessTable::kill_all() {
+  std::vector<pid_t> reapers;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, r] : records_) {
+      if (r->background && r->reaper > 0) reapers.push_back(r->reaper);
+    }
+  }
+  for (pid_t reaper : reapers) kill_tree(reaper);
+}
+
+void register_process_methods(MethodTable& table, ProcessTable& p) {
+  table[contract::methods::kProcessStart] = [&p](AgentRequest& r) { return p.start(r.params()); };
+  table[contract::methods::kProcessList] = [&p](AgentRequest& r) { return p.list(r.params()); };
+  table[contract::methods::kProcessAdoptLost] = [&p](AgentRequest& r) { return p.adopt_lost(r.params()); };
+  table[contract::methods::kProcessOutput] = [&p](AgentRequest& r) { return p.output(r); };
+  table[contract::methods::kProcessWait] = [&p](AgentRequest& r) { return p.wait(r); };
+  table[contract::methods::kProcessKill] = [&p](AgentRequest& r) { return p.kill(r.params()); };
+  table[contract::methods::kProcessWrite] = [&p](AgentRequest& r) { return p.write(r.params()); };
+}
+
+}  // namespace agentbox::agent
