@@ -1,5 +1,5 @@
 // The sandboxes as the tools layer sees them: the few verbs MCP tools need
-// and nothing of how the manager keeps them (docs/design.md, "Tools"). A
+// and nothing of how the manager keeps them (docs/design.md section 1). A
 // lease on a conversation's running sandbox for agent calls, what
 // sandbox_status shows, snapshot, restore, the snapshot list, destroy, and
 // the limits the server applies itself. ManagerSandboxes
