@@ -54,6 +54,13 @@ ToolResult ToolHarness::call(const std::string& tool, const json& arguments, std
   return future.get();
 }
 
+ToolResult ToolHarness::checked(const std::string& tool, const json& arguments) {
+  auto result = call(tool, arguments);
+  INFO(tool << ": " << result.text);
+  CHECK(wrong_shape(tool, result) == "");
+  return result;
+}
+
 std::string ToolHarness::invalid(const std::string& tool, const json& arguments) const {
   const auto* entry = registry.find(tool);
   if (!entry) throw std::logic_error("no tool " + tool);

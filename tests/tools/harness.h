@@ -53,6 +53,8 @@ class ToolHarness {
   // waits for its reply. context, when given, is the call's.
   ToolResult call(const std::string& tool, const json& arguments = json::object(),
                   std::shared_ptr<TestContext> context = nullptr);
+  // call(), with the result checked by wrong_shape.
+  ToolResult checked(const std::string& tool, const json& arguments = json::object());
   // Why arguments do not pass the tool's inputSchema ("arguments.path: is
   // required"), or empty.
   std::string invalid(const std::string& tool, const json& arguments) const;

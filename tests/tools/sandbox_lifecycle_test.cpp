@@ -24,41 +24,41 @@ ToolResult checked(ToolHarness& tools, const std::string& tool, const json& args
 TEST_CASE("manager: status, snapshot, list, restore and destroy of a running sandbox", "[tools][lifecycle][manager]") {
   ManagerFixture real;
   ToolHarness tools(real.sandboxes.get());
-  checked(tools, "file_write", {{"path", "keep.txt"}, {"content", "v1"}});
-  checked(tools, "process_start", {{"command", "sleep 60"}});
-  auto status = checked(tools, "sandbox_status");
+  tools.checked("file_write", {{"path", "keep.txt"}, {"content", "v1"}});
+  tools.checked("process_start", {{"command", "sleep 60"}});
+  auto status = tools.checked("sandbox_status");
   CHECK(status.structured["state"] == "active");
   CHECK(status.structured["sessions"] == json({"default"}));
   CHECK(status.structured["processes"].size() == 1);
   CHECK(status.structured["workspace_bytes"].get<std::uint64_t>() > 0);
   CHECK(status.structured["last_snapshot"].is_null());
 
-  auto snap = checked(tools, "sandbox_snapshot", {{"label", "v1"}});
+  auto snap = tools.checked("sandbox_snapshot", {{"label", "v1"}});
   std::string id = snap.structured["snapshot"];
   CHECK(snap.structured["label"] == "v1");
-  auto list = checked(tools, "snapshot_list");
+  auto list = tools.checked("snapshot_list");
   REQUIRE(list.structured["snapshots"].size() == 1);
   CHECK(list.structured["snapshots"][0]["snapshot"] == id);
   CHECK(list.text.find(id) != std::string::npos);
-  CHECK(checked(tools, "sandbox_status").structured["last_snapshot"]["snapshot"] == id);
+  CHECK(tools.checked("sandbox_status").structured["last_snapshot"]["snapshot"] == id);
 
-  checked(tools, "file_write", {{"path", "keep.txt"}, {"content", "v2"}});
-  auto restore = checked(tools, "sandbox_restore", {{"snapshot", id}});
+  tools.checked("file_write", {{"path", "keep.txt"}, {"content", "v2"}});
+  auto restore = tools.checked("sandbox_restore", {{"snapshot", id}});
   CHECK(restore.structured["snapshot"] == id);
-  CHECK(checked(tools, "file_read", {{"path", "keep.txt"}}).structured["content"] == "v1");
+  CHECK(tools.checked("file_read", {{"path", "keep.txt"}}).structured["content"] == "v1");
 
-  auto destroy = checked(tools, "sandbox_destroy", {{"keep_snapshots", true}});
+  auto destroy = tools.checked("sandbox_destroy", {{"keep_snapshots", true}});
   CHECK(destroy.structured["destroyed"] == true);
   CHECK(destroy.structured["snapshots_kept"] == 1);
   CHECK(destroy.structured["sandbox"] == status.structured["sandbox"]);
-  CHECK(checked(tools, "sandbox_status").structured["state"] == "none");
+  CHECK(tools.checked("sandbox_status").structured["state"] == "none");
 }
 
 TEST_CASE("manager: a damaged snapshot is refused as SNAPSHOT_CORRUPT and the workspace kept", "[tools][lifecycle][manager]") {
   ManagerFixture real;
   ToolHarness tools(real.sandboxes.get());
-  checked(tools, "file_write", {{"path", "live.txt"}, {"content", "live"}});
-  std::string id = checked(tools, "sandbox_snapshot").structured["snapshot"];
+  tools.checked("file_write", {{"path", "live.txt"}, {"content", "live"}});
+  std::string id = tools.checked("sandbox_snapshot").structured["snapshot"];
   auto snapshots = real.sandboxes->snapshots("test");
   REQUIRE(snapshots.size() == 1);
   {
@@ -67,8 +67,8 @@ TEST_CASE("manager: a damaged snapshot is refused as SNAPSHOT_CORRUPT and the wo
     archive.seekp(20);
     archive.write("damaged", 7);
   }
-  auto restore = checked(tools, "sandbox_restore", {{"snapshot", id}});
+  auto restore = tools.checked("sandbox_restore", {{"snapshot", id}});
   CHECK(error_code(restore) == "SNAPSHOT_CORRUPT");
   CHECK(restore.text.find(id) != std::string::npos);
-  CHECK(checked(tools, "file_read", {{"path", "live.txt"}}).structured["content"] == "live");
+  CHECK(tools.checked("file_read", {{"path", "live.txt"}}).structured["content"] == "live");
 }
