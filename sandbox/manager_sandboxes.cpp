@@ -1,5 +1,7 @@
 #include "sandbox/manager_sandboxes.h"
 
+#include "sandbox/limits_report.h"
+
 namespace agentbox::sandbox {
 
 namespace {
@@ -31,6 +33,7 @@ std::unique_ptr<SandboxLease> ManagerSandboxes::try_acquire(const std::string& c
 SandboxView ManagerSandboxes::status(const std::string& conversation) {
   SandboxView view;
   view.disks = manager_->disks().support();
+  view.limits = sandbox_limits(*manager_, nullptr);
   // The catalog knows sandboxes this server has not started (stopped at
   // idle, or left by an earlier server).
   auto record = manager_->record(conversation);
@@ -45,6 +48,7 @@ SandboxView ManagerSandboxes::status(const std::string& conversation) {
   SandboxView::Running& running = view.running.emplace();
   running.state = sandbox->state();
   if (running.state != "stopped") running.workspace_bytes = sandbox->workspace_bytes();
+  if (running.state == "active") running.limits = sandbox_limits(*manager_, sandbox.get());
   if (auto disk = disk_usage(sandbox->dirs().root)) {  // its own filesystem
     running.disk_limit_bytes = manager_->disks().options().bytes;
     running.disk_inodes = disk->used_inodes;

@@ -51,6 +51,7 @@ struct SandboxView {
   std::vector<std::string> sessions;  // the session names the catalog keeps
   std::optional<persistence::SnapshotRecord> last_snapshot;
   DiskSupport disks;  // whether sandboxes get their own filesystem, or why not
+  json limits;        // which limits a sandbox started now gets, and how they hold (limits_report.h)
   // Set when the sandbox runs in this server.
   struct Running {
     std::string state;  // docs/design.md section 8 vocabulary
@@ -58,6 +59,7 @@ struct SandboxView {
     // Its own filesystem (disk.h): the limit and the inodes used.
     std::optional<std::uint64_t> disk_limit_bytes;
     std::uint64_t disk_inodes = 0;
+    json limits;  // when active: the limits its cgroup took
     // Asks its agent for {sessions, processes}; empty when the agent is not
     // alive. Throws SandboxError.
     std::function<json()> agent_status;

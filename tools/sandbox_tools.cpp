@@ -13,7 +13,9 @@ json status_of(const sandbox::SandboxView* view, const std::string& conversation
   json status = {{"conversation", conversation}, {"sandbox", nullptr}, {"state", "none"},
                  {"sessions", json::array()},    {"processes", json::array()}, {"workspace_bytes", 0},
                  {"last_snapshot", nullptr}};
-  if (!view || view->sandbox.empty()) return status;
+  if (!view) return status;
+  status["limits"] = view->limits;
+  if (view->sandbox.empty()) return status;
   status["sandbox"] = view->sandbox;
   // "active" in the catalog and not running here: stopped, as far as this server knows.
   status["state"] = view->catalog_state == "active" ? "stopped" : view->catalog_state;
@@ -23,6 +25,7 @@ json status_of(const sandbox::SandboxView* view, const std::string& conversation
   const auto& running = *view->running;
   if (running.state != "stopped" || view->catalog_state != "stopped") status["state"] = running.state;
   if (running.state != "stopped") status["workspace_bytes"] = running.workspace_bytes;
+  if (running.state == "active") status["limits"] = running.limits;
   if (running.disk_limit_bytes)
     status["workspace_limit_bytes"] = *running.disk_limit_bytes, status["workspace_inodes"] = running.disk_inodes;
   if (running.agent_status && running.state == "active") {

@@ -32,6 +32,7 @@ TEST_CASE("manager: status, snapshot, list, restore and destroy of a running san
   CHECK(status.structured["processes"].size() == 1);
   CHECK(status.structured["workspace_bytes"].get<std::uint64_t>() > 0);
   CHECK(status.structured["last_snapshot"].is_null());
+  CHECK(status.structured["limits"]["memory"].contains("enforced"));  // what its cgroup took, or per process
 
   auto snap = tools.checked("sandbox_snapshot", {{"label", "v1"}});
   std::string id = snap.structured["snapshot"];

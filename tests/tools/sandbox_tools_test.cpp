@@ -20,6 +20,7 @@ sandbox::SandboxView stopped_view() {
   view.sessions = {"default", "build"};
   view.last_snapshot = snapshot_record("snap1");
   view.disks = {true, "its own 10 GiB filesystem"};
+  view.limits = {{"memory", {{"bytes", 1024}, {"enforced", "per-process"}}}};
   return view;
 }
 
@@ -65,6 +66,7 @@ TEST_CASE("fake sandboxes: a sandbox the catalog has and this server does not ru
   CHECK(s["last_snapshot"]["snapshot"] == "snap1");
   CHECK(s["last_snapshot"]["label"].is_null());
   CHECK_FALSE(s.contains("workspace_limit_bytes"));
+  CHECK(s["limits"] == fake.view.limits);  // what a sandbox started now gets
   CHECK(result.text == "Sandbox sb1 is stopped; sessions: [\"default\",\"build\"]; processes: []; workspace 0 bytes "
                        "(no limit: plain directories from before the limit); last snapshot snap1 at 2026-12-01T10:00:00Z");
   CHECK(fake.calls == std::vector<std::string>{"status c1"});
@@ -80,6 +82,7 @@ TEST_CASE("fake sandboxes: a running sandbox lists its agent's sessions and proc
   running.disk_limit_bytes = 10ull << 30;
   running.disk_inodes = 17;
   running.agent_status = [] { return json{{"sessions", {"default"}}, {"processes", {"p1", "p2"}}}; };
+  running.limits = {{"memory", {{"bytes", 2048}, {"enforced", "cgroup"}}}};
   ToolHarness tools(&fake);
   auto result = tools.call("sandbox_status");
   CHECK(tools.wrong_shape("sandbox_status", result) == "");
@@ -90,6 +93,7 @@ TEST_CASE("fake sandboxes: a running sandbox lists its agent's sessions and proc
   CHECK(s["workspace_bytes"] == 4096);
   CHECK(s["workspace_limit_bytes"] == 10ull << 30);
   CHECK(s["workspace_inodes"] == 17);
+  CHECK(s["limits"] == running.limits);  // what its cgroup took
   CHECK(result.text == "Sandbox sb1 is active; sessions: [\"default\"]; processes: [\"p1\",\"p2\"]; workspace 4096 bytes "
                        "of 10 GiB (17 inodes used); no snapshot");
 }
@@ -100,6 +104,7 @@ TEST_CASE("fake sandboxes: an agent that fails its status call shows the sandbox
   fake.view.disks = {false, "no own filesystem: not root"};
   auto& running = fake.view.running.emplace();
   running.state = "active";
+  running.limits = fake.view.limits;
   running.agent_status = []() -> json {
     throw sandbox::SandboxError(sandbox::codes::kAgentTimeout, "the agent did not answer within 10 s");
   };
@@ -133,6 +138,7 @@ TEST_CASE("fake sandboxes: a stopped sandbox is not asked, and a starting one ke
   CHECK(tools.wrong_shape("sandbox_status", restoring) == "");
   CHECK(restoring.structured["state"] == "restoring");
   CHECK(restoring.structured["workspace_bytes"] == 10);
+  CHECK(restoring.structured["limits"] == fake.view.limits);  // only an active sandbox's own
   CHECK_FALSE(asked);
 }
 
@@ -161,6 +167,7 @@ TEST_CASE("manager: status and destroy of a conversation that never had a sandbo
   CHECK(tools.wrong_shape("sandbox_status", status) == "");
   CHECK(status.structured["sandbox"].is_null());
   CHECK(status.structured["state"] == "none");
+  for (const char* limit : {"memory", "cpu", "pids", "tmpfs", "workspace"}) CHECK(status.structured["limits"].contains(limit));
   auto destroy = tools.call("sandbox_destroy", {{"conversation", "fresh"}});
   CHECK(tools.wrong_shape("sandbox_destroy", destroy) == "");
   CHECK(destroy.structured == json{{"destroyed", false}, {"sandbox", nullptr}, {"snapshots_kept", 0}});
