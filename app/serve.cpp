@@ -10,6 +10,7 @@
 #include "server/transport.h"
 #include "contract/errors.h"
 #include "sandbox/manager.h"
+#include "sandbox/manager_sandboxes.h"
 #include "sandbox/uid_range.h"
 #include "tools/register.h"
 
@@ -71,14 +72,15 @@ int serve(const std::vector<std::string>& args) {
   // The manager opens the catalog and repairs what a crash left before it
   // serves: done in the background so initialize is answered at once; the
   // first sandbox call waits for it (and reports why if it failed).
-  std::shared_future<std::shared_ptr<sandbox::Manager>> sandboxes =
-      std::async(std::launch::async, [sandbox_options] { return std::make_shared<sandbox::Manager>(sandbox_options); })
-          .share();
+  std::shared_future<std::shared_ptr<sandbox::ManagerSandboxes>> sandboxes =
+      std::async(std::launch::async, [sandbox_options] {
+        return std::make_shared<sandbox::ManagerSandboxes>(std::make_shared<sandbox::Manager>(sandbox_options));
+      }).share();
 
   tools::Registry registry;
   tools::Services services;
   services.test_tools = options->test_tools;
-  services.sandboxes = [sandboxes]() -> sandbox::Manager* {
+  services.sandboxes = [sandboxes]() -> sandbox::Sandboxes* {
     try {
       return sandboxes.get().get();
     } catch (const SandboxError&) {
@@ -126,7 +128,7 @@ int serve(const std::vector<std::string>& args) {
   // stops, its directories left for the next start.
   dispatcher.shutdown();
   try {
-    sandboxes.get()->shutdown();
+    sandboxes.get()->manager().shutdown();
   } catch (const std::exception& e) {
     spdlog::warn("sandboxes were unavailable: {}", e.what());
   }

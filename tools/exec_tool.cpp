@@ -39,9 +39,9 @@ std::string exec_text(const json& r) {
 
 void register_exec_tool(Registry& registry, const Services& services) {
   registry.add("exec", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    sandbox::Manager* manager = manager_or_reply(services, reply);
-    if (!manager) return;
-    const auto& limits = manager->options().limits;
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
+    const auto& limits = sandboxes->limits();
     auto timeout = std::chrono::milliseconds(args.value("timeout_ms", static_cast<std::int64_t>(limits.default_timeout.count())));
     timeout = std::clamp(timeout, std::chrono::milliseconds(1), limits.max_timeout);
     AgentCall call{"exec", agent_params(args), timeout + kAgentSlack, true};

@@ -85,19 +85,15 @@ bool small_content(const json& args) {
          content->get_ref<const std::string&>().size() <= kQuickContentBytes;
 }
 
-void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method, milliseconds timeout,
-               Formatter format) {
+// Every file tool keeps its session's order and may run inline.
+void bind_file_tool(Registry& registry, const Services& services, const char* tool, const char* method,
+                    milliseconds timeout, Formatter format) {
   Registry::RunInline run_inline;
   if (services.sandboxes_ready)
     run_inline = [ready = services.sandboxes_ready, method](const json& args) {
       return contract::quick_file_call(method, args) && small_content(args) && ready();
     };
-  registry.add(
-      tool,
-      [services, method, timeout, format](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-        call_agent(services, context, reply, {method, agent_params(args), timeout}, format);
-      },
-      std::move(run_inline));
+  bind_agent_tool(registry, services, tool, method, fixed_timeout(timeout), std::move(format), std::move(run_inline));
   registry.keep_session_order(tool);
 }
 
@@ -105,32 +101,32 @@ void bind_tool(Registry& registry, const Services& services, const char* tool, c
 
 void register_file_tools(Registry& registry, const Services& services) {
   const milliseconds normal{60'000}, long_walk{300'000};
-  bind_tool(registry, services, "file_read", "file.read", normal, [](json r) {
+  bind_file_tool(registry, services, "file_read", "file.read", normal, [](json r) {
     std::string text = read_text(r);
     return ToolResult::ok(std::move(r), std::move(text));
   });
-  bind_tool(registry, services, "file_write", "file.write", normal, [](const json& r) {
+  bind_file_tool(registry, services, "file_write", "file.write", normal, [](const json& r) {
     return ToolResult::ok(r, "Wrote " + num(r, "bytes_written") + " bytes to " + str(r, "path") + " (size now " +
                                  num(r, "size") + ")");
   });
-  bind_tool(registry, services, "file_edit", "file.edit", normal, [](const json& r) {
+  bind_file_tool(registry, services, "file_edit", "file.edit", normal, [](const json& r) {
     std::uint64_t n = r.value("replacements", std::uint64_t{0});
     return ToolResult::ok(r, "Replaced " + std::to_string(n) + (n == 1 ? " occurrence" : " occurrences") + " in " +
                                  str(r, "path") + "\n" + str(r, "diff"));
   });
-  bind_tool(registry, services, "file_list", "file.list", long_walk,
+  bind_file_tool(registry, services, "file_list", "file.list", long_walk,
             [](const json& r) { return ToolResult::ok(r, list_text(r)); });
-  bind_tool(registry, services, "file_stat", "file.stat", normal,
+  bind_file_tool(registry, services, "file_stat", "file.stat", normal,
             [](const json& r) { return ToolResult::ok(r, stat_text(r)); });
-  bind_tool(registry, services, "file_mkdir", "file.mkdir", normal, [](const json& r) {
+  bind_file_tool(registry, services, "file_mkdir", "file.mkdir", normal, [](const json& r) {
     return ToolResult::ok(r, (r.value("created", false) ? "Created directory " : "Directory already exists: ") + str(r, "path"));
   });
-  bind_tool(registry, services, "file_delete", "file.delete", long_walk, [](const json& r) {
+  bind_file_tool(registry, services, "file_delete", "file.delete", long_walk, [](const json& r) {
     return ToolResult::ok(r, "Deleted " + str(r, "path") + " (" + num(r, "entries") + " entries)");
   });
-  bind_tool(registry, services, "file_move", "file.move", long_walk,
+  bind_file_tool(registry, services, "file_move", "file.move", long_walk,
             [](const json& r) { return ToolResult::ok(r, "Moved " + str(r, "from") + " to " + str(r, "to")); });
-  bind_tool(registry, services, "file_search", "file.search", long_walk,
+  bind_file_tool(registry, services, "file_search", "file.search", long_walk,
             [](const json& r) { return ToolResult::ok(r, search_text(r)); });
 }
 

@@ -32,24 +32,16 @@ std::string output_text(const json& r) {
          " stderr_offset " + err + "]";
 }
 
-void bind_tool(Registry& registry, const Services& services, const char* tool, const char* method,
-          std::function<milliseconds(const json&)> timeout, Formatter format) {
-  registry.add(tool, [services, method, timeout, format](const json& args, std::shared_ptr<CallContext> context,
-                                                          ToolReply reply) {
-    call_agent(services, context, reply, {method, agent_params(args), timeout(args)}, format);
-  });
-}
-
 milliseconds fixed(const json&) { return milliseconds(60'000); }
 
 }  // namespace
 
 void register_process_tools(Registry& registry, const Services& services) {
-  bind_tool(registry, services, "process_start", "process.start", fixed, [](const json& r) {
+  bind_agent_tool(registry, services, "process_start", "process.start", fixed, [](const json& r) {
     return ToolResult::ok(r, "Started " + r.value("process_id", "") + " (pid " + std::to_string(r.value("pid", 0)) + ")");
   });
   registry.keep_session_order("process_start");
-  bind_tool(registry, services, "process_list", "process.list", fixed, [](const json& r) {
+  bind_agent_tool(registry, services, "process_list", "process.list", fixed, [](const json& r) {
     std::string text;
     for (const auto& p : agent_array(r, "processes"))
       text += status_line(p) + "  " + p.value("command", "") + (p.value("command_truncated", false) ? " [...]" : "") + "\n";
@@ -59,10 +51,10 @@ void register_process_tools(Registry& registry, const Services& services) {
               r.value("next_cursor", json("")).dump() + "]";
     return ToolResult::ok(r, text);
   });
-  bind_tool(registry, services, "process_output", "process.output",
+  bind_agent_tool(registry, services, "process_output", "process.output",
        [](const json& a) { return milliseconds(a.value("wait_ms", 0)) + kSlack; },
        [](const json& r) { return ToolResult::ok(r, output_text(r)); });
-  bind_tool(registry, services, "process_wait", "process.wait",
+  bind_agent_tool(registry, services, "process_wait", "process.wait",
        [](const json& a) { return milliseconds(a.value("timeout_ms", 30'000)) + kSlack; },
        [](const json& r) {
          std::string text = status_line(r);
@@ -70,9 +62,9 @@ void register_process_tools(Registry& registry, const Services& services) {
          if (r.value("port_ready", false)) text += " — port is accepting connections";
          return ToolResult::ok(r, text);
        });
-  bind_tool(registry, services, "process_kill", "process.kill", fixed,
+  bind_agent_tool(registry, services, "process_kill", "process.kill", fixed,
        [](const json& r) { return ToolResult::ok(r, status_line(r)); });
-  bind_tool(registry, services, "process_write", "process.write", fixed, [](const json& r) {
+  bind_agent_tool(registry, services, "process_write", "process.write", fixed, [](const json& r) {
     return ToolResult::ok(r, "Wrote " + std::to_string(r.value("bytes_written", 0)) + " bytes");
   });
 }

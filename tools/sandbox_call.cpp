@@ -51,7 +51,7 @@ ToolResult unknown_cursor(const std::string& cursor) {
                            "cursor '" + cursor + "' names no entry of this list (gone since?); list again without it");
 }
 
-sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply) {
+sandbox::Sandboxes* sandboxes_or_reply(const Services& services, const ToolReply& reply) {
   if (!services.sandboxes) {
     reply(ToolResult::error(codes::kSandboxUnavailable, "this server was started without sandbox support"));
     return nullptr;
@@ -92,9 +92,9 @@ ToolResult format_result(const Formatter& format, json result, const std::weak_p
 // client's reader thread, which formats and answers the tool call. With
 // try_only nothing blocks: false (and nothing sent) when the agent's pipe is
 // busy or full.
-bool send_call(const std::shared_ptr<sandbox::Lease>& lease, const std::shared_ptr<CallContext>& context,
+bool send_call(const std::shared_ptr<sandbox::SandboxLease>& lease, const std::shared_ptr<CallContext>& context,
                const ToolReply& reply, AgentCall& call, const Formatter& format, bool try_only) {
-  auto client = lease->sandbox().client();
+  auto client = lease->agent();
   sandbox::AgentClient::NoteSink notes;
   if (call.progress) {
     notes = [context](const std::string& method, const json& params) {
@@ -133,31 +133,44 @@ bool send_call(const std::shared_ptr<sandbox::Lease>& lease, const std::shared_p
 
 void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
                 Formatter format) {
-  sandbox::Manager* manager = manager_or_reply(services, reply);
-  if (!manager) return;
+  sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+  if (!sandboxes) return;
   // The common case, a running sandbox nobody is starting or stopping and a
   // pipe with room, is served from this thread without blocking (it may be
   // the server's stdin reader: Registry::add's run_inline).
-  if (auto lease = manager->try_acquire(context->conversation())) {
-    auto held = std::make_shared<sandbox::Lease>(std::move(*lease));
-    if (send_call(held, context, reply, call, format, true)) return;
+  if (std::shared_ptr<sandbox::SandboxLease> lease = sandboxes->try_acquire(context->conversation())) {
+    if (send_call(lease, context, reply, call, format, true)) return;
   }
   // A sandbox may have to start or be restored first, or the pipe is busy.
-  run_blocking([manager, context, reply = std::move(reply), call = std::move(call), format = std::move(format)]() mutable {
-    std::shared_ptr<sandbox::Lease> lease;
+  run_blocking([sandboxes, context, reply = std::move(reply), call = std::move(call), format = std::move(format)]() mutable {
+    std::shared_ptr<sandbox::SandboxLease> lease;
     try {
       // A stopped sandbox is restored first; a long restore reports progress.
-      lease = std::make_shared<sandbox::Lease>(manager->acquire(
-          context->conversation(),
-          [context](double done, std::optional<double> total, const std::string& message) {
-            context->progress(done, total, message);
-          }));
+      lease = sandboxes->acquire(context->conversation(),
+                                 [context](double done, std::optional<double> total, const std::string& message) {
+                                   context->progress(done, total, message);
+                                 });
     } catch (const SandboxError& e) {
       reply(error_result(e));
       return;
     }
     send_call(lease, context, reply, call, format, false);
   });
+}
+
+AgentTimeout fixed_timeout(std::chrono::milliseconds timeout) {
+  return [timeout](const json&) { return timeout; };
+}
+
+void bind_agent_tool(Registry& registry, const Services& services, const char* tool, const char* method,
+                     AgentTimeout timeout, Formatter format, Registry::RunInline run_inline) {
+  registry.add(
+      tool,
+      [services, method, timeout = std::move(timeout), format = std::move(format)](
+          const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
+        call_agent(services, context, reply, {method, agent_params(args), timeout(args)}, format);
+      },
+      std::move(run_inline));
 }
 
 }  // namespace agentbox::tools

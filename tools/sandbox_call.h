@@ -1,11 +1,11 @@
 // How a tool reaches the conversation's sandbox: on a thread of its own (a
 // sandbox may have to start, which takes tens of milliseconds), lease the
-// sandbox from the manager, call the agent, and turn the outcome into a
+// sandbox (sandbox/sandboxes.h), call the agent, and turn the outcome into a
 // ToolResult. Sandbox errors become error results carrying their code
 // (docs/protocol.md, "Error results"); a restart notice is passed on to the model.
 #pragma once
 
-#include "sandbox/manager.h"
+#include "sandbox/sandboxes.h"
 #include "tools/register.h"
 
 #include <chrono>
@@ -27,6 +27,16 @@ struct AgentCall {
 // Runs call in the caller's sandbox and replies with format(result).
 void call_agent(const Services& services, std::shared_ptr<CallContext> context, ToolReply reply, AgentCall call,
                 Formatter format);
+
+// How long the server waits for the agent, from the tool's arguments.
+using AgentTimeout = std::function<std::chrono::milliseconds(const json& arguments)>;
+AgentTimeout fixed_timeout(std::chrono::milliseconds timeout);
+
+// Binds a tool that is one agent method: the tool's arguments (agent_params)
+// go to the agent as they are and format shapes its result. run_inline as
+// in Registry::add. The file, process and session tools are bound with it.
+void bind_agent_tool(Registry& registry, const Services& services, const char* tool, const char* method,
+                     AgentTimeout timeout, Formatter format, Registry::RunInline run_inline = {});
 
 // result[key] when it is an array, for formatters. The agent's result is
 // written in the box (docs/sandbox.md, "The wall between host and box"):
@@ -57,7 +67,8 @@ ToolResult unknown_cursor(const std::string& cursor);
 // off the dispatcher's pool, on a reused thread.
 void run_blocking(std::function<void()> job);
 
-// Manager or a SANDBOX_UNAVAILABLE error result.
-sandbox::Manager* manager_or_reply(const Services& services, const ToolReply& reply);
+// The sandboxes, or null after replying with the error result: none on this
+// server (SANDBOX_UNAVAILABLE), or the manager could not start.
+sandbox::Sandboxes* sandboxes_or_reply(const Services& services, const ToolReply& reply);
 
 }  // namespace agentbox::tools

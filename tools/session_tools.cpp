@@ -5,16 +5,15 @@
 namespace agentbox::tools {
 
 void register_session_tools(Registry& registry, const Services& services) {
-  registry.add("session_create", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    call_agent(services, context, reply, {"session.create", agent_params(args)}, [](const json& r) {
-      return ToolResult::ok(r, "Created session '" + r.value("session", "") + "' in " + r.value("cwd", ""));
-    });
+  const AgentTimeout normal = fixed_timeout(std::chrono::milliseconds(60'000));
+  bind_agent_tool(registry, services, "session_create", "session.create", normal, [](const json& r) {
+    return ToolResult::ok(r, "Created session '" + r.value("session", "") + "' in " + r.value("cwd", ""));
   });
   registry.add("session_list", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
     std::string cursor = args.value("cursor", "");
-    sandbox::Manager* manager = manager_or_reply(services, reply);
-    if (!manager) return;
-    std::size_t cap = manager->options().limits.inline_output_chars;
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
+    std::size_t cap = sandboxes->limits().inline_output_chars;
     call_agent(services, context, reply, {"session.list", json::object()}, [cursor, cap](json r) {
       std::string next;
       agent_array(r, "sessions");  // a wrong shape from the box is an error, not a null list
@@ -29,10 +28,8 @@ void register_session_tools(Registry& registry, const Services& services) {
       return ToolResult::ok(r, text);
     });
   });
-  registry.add("session_delete", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    call_agent(services, context, reply, {"session.delete", agent_params(args)}, [](const json& r) {
-      return ToolResult::ok(r, "Deleted session '" + r.value("session", "") + "'");
-    });
+  bind_agent_tool(registry, services, "session_delete", "session.delete", normal, [](const json& r) {
+    return ToolResult::ok(r, "Deleted session '" + r.value("session", "") + "'");
   });
 }
 

@@ -30,12 +30,12 @@ json snapshot_json(const persistence::SnapshotRecord& s) {
 
 void register_snapshot_tools(Registry& registry, const Services& services) {
   registry.add("sandbox_snapshot", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    sandbox::Manager* manager = manager_or_reply(services, reply);
-    if (!manager) return;
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
     std::string label = args.value("label", "");
-    run_blocking([manager, context, reply, label] {
+    run_blocking([sandboxes, context, reply, label] {
       try {
-        auto info = manager->snapshot(context->conversation(), label, progress_of(context));
+        auto info = sandboxes->snapshot(context->conversation(), label, progress_of(context));
         const auto& s = info.record;
         json out = {{"snapshot", s.id},          {"bytes", s.bytes},          {"files", s.files},
                     {"duration_ms", info.duration.count()}, {"label", label_json(s.label)},
@@ -49,12 +49,12 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
     });
   });
   registry.add("snapshot_list", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    sandbox::Manager* manager = manager_or_reply(services, reply);
-    if (!manager) return;
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
     json list = json::array();
-    for (const auto& s : manager->snapshots(context->conversation())) list.push_back(snapshot_json(s));
+    for (const auto& s : sandboxes->snapshots(context->conversation())) list.push_back(snapshot_json(s));
     std::string cursor = args.value("cursor", ""), next;
-    if (!page_of(list, "snapshot", cursor, manager->options().limits.inline_output_chars, next))
+    if (!page_of(list, "snapshot", cursor, sandboxes->limits().inline_output_chars, next))
       return reply(unknown_cursor(cursor));
     std::string text;
     for (const auto& s : list) {
@@ -72,12 +72,12 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
                                                                        : std::to_string(list.size()) + " snapshot(s):" + text));
   });
   registry.add("sandbox_restore", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
-    sandbox::Manager* manager = manager_or_reply(services, reply);
-    if (!manager) return;
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
     std::string id = args.value("snapshot", "");
-    run_blocking([manager, context, reply, id] {
+    run_blocking([sandboxes, context, reply, id] {
       try {
-        auto info = manager->restore(context->conversation(), id, progress_of(context));
+        auto info = sandboxes->restore(context->conversation(), id, progress_of(context));
         json out = {{"snapshot", info.record.id}, {"created_at", info.record.created_at},
                     {"files", info.record.files}, {"duration_ms", info.duration.count()}};
         reply(ToolResult::ok(out, "Restored snapshot " + info.record.id + " (taken " + info.record.created_at + ") in " +

@@ -1,0 +1,85 @@
+#include "sandbox/manager_sandboxes.h"
+
+#include "sandbox/limits_report.h"
+
+namespace agentbox::sandbox {
+
+namespace {
+
+class ManagerLease : public SandboxLease {
+ public:
+  explicit ManagerLease(Lease lease) : lease_(std::move(lease)) {}
+  std::shared_ptr<AgentClient> agent() const override { return lease_.sandbox().client(); }
+  const std::string& notice() const override { return lease_.notice(); }
+
+ private:
+  Lease lease_;
+};
+
+SnapshotDone done(SnapshotInfo info) { return {std::move(info.record), info.duration}; }
+
+}  // namespace
+
+std::unique_ptr<SandboxLease> ManagerSandboxes::acquire(const std::string& conversation, const ProgressFn& progress) {
+  return std::make_unique<ManagerLease>(manager_->acquire(conversation, progress));
+}
+
+std::unique_ptr<SandboxLease> ManagerSandboxes::try_acquire(const std::string& conversation) {
+  auto lease = manager_->try_acquire(conversation);
+  if (!lease) return nullptr;
+  return std::make_unique<ManagerLease>(std::move(*lease));
+}
+
+SandboxView ManagerSandboxes::status(const std::string& conversation) {
+  SandboxView view;
+  view.disks = manager_->disks().support();
+  view.limits = sandbox_limits(*manager_, nullptr);
+  // The catalog knows sandboxes this server has not started (stopped at
+  // idle, or left by an earlier server).
+  auto record = manager_->record(conversation);
+  if (!record) return view;
+  view.sandbox = record->id;
+  view.catalog_state = record->state;
+  auto snapshots = manager_->snapshots(conversation);
+  if (!snapshots.empty()) view.last_snapshot = snapshots.front();
+  for (const auto& s : manager_->catalog().sessions(record->id)) view.sessions.push_back(s.name);
+  auto sandbox = manager_->find(conversation);
+  if (!sandbox) return view;
+  SandboxView::Running& running = view.running.emplace();
+  running.state = sandbox->state();
+  if (running.state != "stopped") running.workspace_bytes = sandbox->workspace_bytes();
+  if (running.state == "active") running.limits = sandbox_limits(*manager_, sandbox.get());
+  if (auto disk = disk_usage(sandbox->dirs().root)) {  // its own filesystem
+    running.disk_limit_bytes = manager_->disks().options().bytes;
+    running.disk_inodes = disk->used_inodes;
+  }
+  auto client = sandbox->client();
+  if (client && client->alive())
+    running.agent_status = [client] { return client->call("status", json::object(), std::chrono::seconds(10)); };
+  return view;
+}
+
+std::vector<persistence::SnapshotRecord> ManagerSandboxes::snapshots(const std::string& conversation) {
+  return manager_->snapshots(conversation);
+}
+
+SnapshotDone ManagerSandboxes::snapshot(const std::string& conversation, const std::string& label,
+                                        const ProgressFn& progress) {
+  return done(manager_->snapshot(conversation, label, progress));
+}
+
+SnapshotDone ManagerSandboxes::restore(const std::string& conversation, const std::string& snapshot_id,
+                                       const ProgressFn& progress) {
+  return done(manager_->restore(conversation, snapshot_id, progress));
+}
+
+Destroyed ManagerSandboxes::destroy(const std::string& conversation, bool keep_snapshots) {
+  // Read before: once destroyed, the conversation names no sandbox and no snapshots.
+  Destroyed out;
+  if (auto record = manager_->record(conversation)) out.sandbox = record->id;
+  if (keep_snapshots) out.snapshots_kept = manager_->snapshots(conversation).size();
+  out.destroyed = manager_->destroy(conversation, keep_snapshots);
+  return out;
+}
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,32 @@
+// Sandboxes (sandboxes.h) over the Manager: what the composition root hands
+// the tools. A thin translation; the manager keeps every rule.
+#pragma once
+
+#include "sandbox/manager.h"
+#include "sandbox/sandboxes.h"
+
+#include <memory>
+
+namespace agentbox::sandbox {
+
+class ManagerSandboxes : public Sandboxes {
+ public:
+  explicit ManagerSandboxes(std::shared_ptr<Manager> manager) : manager_(std::move(manager)) {}
+
+  std::unique_ptr<SandboxLease> acquire(const std::string& conversation, const ProgressFn& progress) override;
+  std::unique_ptr<SandboxLease> try_acquire(const std::string& conversation) override;
+  SandboxView status(const std::string& conversation) override;
+  std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation) override;
+  SnapshotDone snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) override;
+  SnapshotDone restore(const std::string& conversation, const std::string& snapshot_id,
+                       const ProgressFn& progress) override;
+  Destroyed destroy(const std::string& conversation, bool keep_snapshots) override;
+  const Limits& limits() const override { return manager_->options().limits; }
+
+  Manager& manager() const { return *manager_; }
+
+ private:
+  std::shared_ptr<Manager> manager_;
+};
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,107 @@
+// The sandboxes as the tools layer sees them: the few verbs MCP tools need
+// and nothing of how the manager keeps them (docs/design.md section 1). A
+// lease on a conversation's running sandbox for agent calls, what
+// sandbox_status shows, snapshot, restore, the snapshot list, destroy, and
+// the limits the server applies itself. ManagerSandboxes
+// (manager_sandboxes.h) implements it over the Manager; a test of a tool's
+// own logic may implement it in the test.
+#pragma once
+
+#include "persistence/catalog.h"
+
+#include "sandbox/agent_client.h"
+#include "sandbox/disk.h"
+#include "sandbox/limits.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace agentbox::sandbox {
+
+// Reports progress of a long restore or snapshot (bytes done, total if
+// known); the same type as the manager's.
+using ProgressFn = std::function<void(double done, std::optional<double> total, const std::string& message)>;
+
+// A conversation's running sandbox, held for one call: it is not evicted or
+// torn down at idle until the lease is destroyed.
+class SandboxLease {
+ public:
+  virtual ~SandboxLease() = default;
+  virtual std::shared_ptr<AgentClient> agent() const = 0;
+  // Non-empty when the sandbox had to be restarted: what the caller lost.
+  virtual const std::string& notice() const = 0;
+};
+
+// A snapshot taken or restored, and how long that took.
+struct SnapshotDone {
+  persistence::SnapshotRecord record;
+  std::chrono::milliseconds duration{0};
+};
+
+// What is known of a conversation's sandbox without starting or restoring
+// it: the catalog's record, and what this server runs.
+struct SandboxView {
+  std::string sandbox;        // its id; empty when the conversation never had one
+  std::string catalog_state;  // the catalog's state ("active" there: some server ran it)
+  std::vector<std::string> sessions;  // the session names the catalog keeps
+  std::optional<persistence::SnapshotRecord> last_snapshot;
+  DiskSupport disks;  // whether sandboxes get their own filesystem, or why not
+  json limits;        // which limits a sandbox started now gets, and how they hold (limits_report.h)
+  // Set when the sandbox runs in this server.
+  struct Running {
+    std::string state;  // docs/design.md section 8 vocabulary
+    std::uint64_t workspace_bytes = 0;  // 0 when stopped (its live directories are gone)
+    // Its own filesystem (disk.h): the limit and the inodes used.
+    std::optional<std::uint64_t> disk_limit_bytes;
+    std::uint64_t disk_inodes = 0;
+    json limits;  // when active: the limits its cgroup took
+    // Asks its agent for {sessions, processes}; empty when the agent is not
+    // alive. Throws SandboxError.
+    std::function<json()> agent_status;
+  };
+  std::optional<Running> running;
+};
+
+// What sandbox_destroy did.
+struct Destroyed {
+  bool destroyed = false;  // false: there was nothing to destroy
+  std::string sandbox;     // the catalog's id of what was destroyed; empty when none
+  std::size_t snapshots_kept = 0;
+};
+
+class Sandboxes {
+ public:
+  virtual ~Sandboxes() = default;
+
+  // The conversation's running sandbox, started, restored or restarted as
+  // needed (the lease's notice says what happened). Throws SandboxError.
+  virtual std::unique_ptr<SandboxLease> acquire(const std::string& conversation, const ProgressFn& progress) = 0;
+  // A lease only when the sandbox runs and nothing starts, restores or stops
+  // it: never blocks; null otherwise (then acquire()).
+  virtual std::unique_ptr<SandboxLease> try_acquire(const std::string& conversation) = 0;
+
+  // Never starts or restores a sandbox.
+  virtual SandboxView status(const std::string& conversation) = 0;
+  // Newest first.
+  virtual std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation) = 0;
+  // Snapshots the workspace and home (starting the sandbox if needed).
+  virtual SnapshotDone snapshot(const std::string& conversation, const std::string& label,
+                                const ProgressFn& progress) = 0;
+  // Replaces the workspace and home with a snapshot (the latest when id is
+  // empty). Throws SandboxError (SNAPSHOT_NOT_FOUND, SNAPSHOT_CORRUPT, ...).
+  virtual SnapshotDone restore(const std::string& conversation, const std::string& snapshot_id,
+                               const ProgressFn& progress) = 0;
+  // Stops the sandbox and deletes its files, and its snapshots unless
+  // keep_snapshots.
+  virtual Destroyed destroy(const std::string& conversation, bool keep_snapshots) = 0;
+
+  // The limits the server applies itself: command timeouts, the inline cap.
+  virtual const Limits& limits() const = 0;
+};
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,75 @@
+// sandbox_status, the snapshot tools and sandbox_destroy over a real
+// sandbox (label sandbox): the Manager, bwrap and the archive helper.
+#include "harness.h"
+
+#include "sandbox/manager_sandboxes.h"
+
+#include <fstream>
+
+using namespace agentbox;
+using namespace agentbox::tools;
+using namespace agentbox::tools::test;
+
+namespace {
+
+ToolResult checked(ToolHarness& tools, const std::string& tool, const json& args = json::object()) {
+  auto result = tools.call(tool, args);
+  INFO(tool << ": " << result.text);
+  CHECK(tools.wrong_shape(tool, result) == "");
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("manager: status, snapshot, list, restore and destroy of a running sandbox", "[tools][lifecycle][manager]") {
+  ManagerFixture real;
+  ToolHarness tools(real.sandboxes.get());
+  tools.checked("file_write", {{"path", "keep.txt"}, {"content", "v1"}});
+  tools.checked("process_start", {{"command", "sleep 60"}});
+  auto status = tools.checked("sandbox_status");
+  CHECK(status.structured["state"] == "active");
+  CHECK(status.structured["sessions"] == json({"default"}));
+  CHECK(status.structured["processes"].size() == 1);
+  CHECK(status.structured["workspace_bytes"].get<std::uint64_t>() > 0);
+  CHECK(status.structured["last_snapshot"].is_null());
+  CHECK(status.structured["limits"]["memory"].contains("enforced"));  // what its cgroup took, or per process
+
+  auto snap = tools.checked("sandbox_snapshot", {{"label", "v1"}});
+  std::string id = snap.structured["snapshot"];
+  CHECK(snap.structured["label"] == "v1");
+  auto list = tools.checked("snapshot_list");
+  REQUIRE(list.structured["snapshots"].size() == 1);
+  CHECK(list.structured["snapshots"][0]["snapshot"] == id);
+  CHECK(list.text.find(id) != std::string::npos);
+  CHECK(tools.checked("sandbox_status").structured["last_snapshot"]["snapshot"] == id);
+
+  tools.checked("file_write", {{"path", "keep.txt"}, {"content", "v2"}});
+  auto restore = tools.checked("sandbox_restore", {{"snapshot", id}});
+  CHECK(restore.structured["snapshot"] == id);
+  CHECK(tools.checked("file_read", {{"path", "keep.txt"}}).structured["content"] == "v1");
+
+  auto destroy = tools.checked("sandbox_destroy", {{"keep_snapshots", true}});
+  CHECK(destroy.structured["destroyed"] == true);
+  CHECK(destroy.structured["snapshots_kept"] == 1);
+  CHECK(destroy.structured["sandbox"] == status.structured["sandbox"]);
+  CHECK(tools.checked("sandbox_status").structured["state"] == "none");
+}
+
+TEST_CASE("manager: a damaged snapshot is refused as SNAPSHOT_CORRUPT and the workspace kept", "[tools][lifecycle][manager]") {
+  ManagerFixture real;
+  ToolHarness tools(real.sandboxes.get());
+  tools.checked("file_write", {{"path", "live.txt"}, {"content", "live"}});
+  std::string id = tools.checked("sandbox_snapshot").structured["snapshot"];
+  auto snapshots = real.sandboxes->snapshots("test");
+  REQUIRE(snapshots.size() == 1);
+  {
+    std::fstream archive(real.state_dir / snapshots[0].path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(archive);
+    archive.seekp(20);
+    archive.write("damaged", 7);
+  }
+  auto restore = tools.checked("sandbox_restore", {{"snapshot", id}});
+  CHECK(error_code(restore) == "SNAPSHOT_CORRUPT");
+  CHECK(restore.text.find(id) != std::string::npos);
+  CHECK(tools.checked("file_read", {{"path", "live.txt"}}).structured["content"] == "live");
+}
