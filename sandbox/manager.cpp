@@ -236,7 +236,7 @@ BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
   return plan;
 }
 
-LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const Cgroup* cgroup) const {
+LaunchSpec Manager::launch_spec(BwrapOptions plan, const Cgroup* cgroup) const {
   plan.agent_args = options_.agent_args;
   auto limit_args = agent_limit_args(options_.limits, cgroup && cgroup->limits_memory());
   plan.agent_args.insert(plan.agent_args.end(), limit_args.begin(), limit_args.end());
@@ -246,7 +246,6 @@ LaunchSpec Manager::launch_spec(const std::string& id, BwrapOptions plan, const 
   spec.argv = bwrap_argv(plan);
   spec.env = sandbox_environment(plan);
   if (cgroup) spec.cgroup_procs = cgroup->procs_files();
-  spec.name = id;
   spec.drop_to = plan.dirs.owner;  // none unless root
   if (stages()) spec.staging.emplace(plan.dirs.root, agent_binary_);  // the plan binds from kStagingDir
   else spec.agent_fd = agent_fd_;
@@ -349,13 +348,14 @@ void Manager::start_agent(Sandbox& sandbox_ref) {
     std::string why;
     auto cgroup = Cgroup::create(cgroups_, "sandbox-" + sandbox->id_, options_.limits, why);
     if (!cgroup && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", sandbox->id_, why);
-    LaunchSpec spec = launch_spec(sandbox->id_, plan, cgroup.get());
+    LaunchSpec spec = launch_spec(plan, cgroup.get());
     {
       std::lock_guard slock(sandbox->mutex_);
       sandbox->cgroup_ = std::move(cgroup);
     }
     spdlog::debug("sandbox {}: {}", sandbox->id_, printable_command(spec.argv));
-    client = AgentClient::start(std::move(spec), options_.start_timeout);
+    client = AgentClient::attach([spec = std::move(spec)] { return launch(spec); }, sandbox->id_);
+    client->await_hello(options_.start_timeout);
   }
   {
     std::lock_guard slock(sandbox->mutex_);
@@ -397,7 +397,7 @@ std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
   std::string why;
   p->cgroup = Cgroup::create(cgroups_, "sandbox-" + p->id, options_.limits, why);
   if (!p->cgroup && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", p->id, why);
-  LaunchSpec spec = launch_spec(p->id, plan, p->cgroup.get());
+  LaunchSpec spec = launch_spec(plan, p->cgroup.get());
   // The launcher joins the cgroup and drops privileges as any launch does,
   // then waits in a shell for a line on the gate before it execs bwrap (a
   // small process image instead of a copy of the server waiting).
@@ -411,7 +411,7 @@ std::unique_ptr<PreparedSandbox> Manager::build_spare(bool warm) {
   spec.argv = std::move(argv);
   spec.gate_fd = gate[0];
   try {
-    p->client = AgentClient::launch(std::move(spec));
+    p->client = AgentClient::attach([spec = std::move(spec)] { return launch(spec); }, p->id);
   } catch (...) {
     close(gate[0]);
     close(gate[1]);

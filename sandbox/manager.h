@@ -216,7 +216,7 @@ class Manager {
   void start_agent(Sandbox& sandbox);
   void prepare_dirs(const SandboxDirs& dirs, const BwrapOptions& plan);
   BwrapOptions plan_for(const SandboxDirs& dirs) const;
-  LaunchSpec launch_spec(const std::string& id, BwrapOptions plan, const Cgroup* cgroup) const;
+  LaunchSpec launch_spec(BwrapOptions plan, const Cgroup* cgroup) const;
   // The spare (ManagerOptions::spare): built on spare_thread_, claimed by
   // entry() for a new conversation.
   std::unique_ptr<PreparedSandbox> build_spare(bool warm);
