@@ -1,5 +1,7 @@
 #include "sandbox/bwrap_plan.h"
 
+#include "sandbox/host_etc.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,21 +64,24 @@ std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
   add({"--die-with-parent", "--new-session", "--cap-drop", "ALL"});
 
   for (const auto& dir : kOsDirs) add_os_dir(argv, dir);
-  add({"--ro-bind", "/etc", "/etc"});
-  for (const auto& file : masked_etc_files()) {
-    if (access(file.c_str(), F_OK) == 0) add({"--ro-bind", (own / "etc" / "empty").string(), file});
-  }
+  // Needed parts of /etc only (host_etc.cpp); shadow and the rest are absent.
+  std::vector<std::string> generated;
   for (const auto& [name, content] : generated_etc_files(o)) {
+    generated.push_back(name);
     if (name != "empty") add({"--ro-bind", (own / "etc" / name).string(), "/etc/" + name});
   }
+  add_host_etc(argv, generated);
   // The state directory must stay invisible even if it was put under /opt or /usr.
   for (const auto& dir : kOsDirs) {
-    if (!o.state_dir.empty() && is_under(o.state_dir, dir)) add({"--tmpfs", o.state_dir.string()});
+    if (!o.state_dir.empty() && is_under(o.state_dir, dir)) add({"--size", "4096", "--tmpfs", o.state_dir.string()});
   }
 
-  add({"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"});
+  // Every tmpfs has a size: its pages are RAM, counted in the memory cgroup
+  // where there is one and nowhere else (docs/design.md section 8).
+  std::string size = std::to_string(o.tmpfs_bytes);
+  add({"--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"});
   // /run is private and empty: the host's sockets (docker, dbus, systemd) stay outside.
-  add({"--tmpfs", "/run", "--perms", "0700", "--dir", "/run/agentbox"});
+  add({"--size", size, "--tmpfs", "/run", "--perms", "0700", "--dir", "/run/agentbox"});
   if (!o.staged_dir.empty()) add({"--ro-bind", (o.staged_dir / kStagedAgent).string(), kAgentPathInside});
   else if (o.agent_fd >= 0) add({"--ro-bind-fd", std::to_string(o.agent_fd), kAgentPathInside});
   else add({"--ro-bind", o.agent_binary.string(), kAgentPathInside});
@@ -84,6 +89,9 @@ std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
   add({"--bind", (own / "home").string(), "/home/user"});
   add({"--bind", (own / "tmp").string(), "/tmp"});
   add({"--dir", "/var", "--symlink", "../tmp", "/var/tmp"});
+  // bwrap's own tmpfs (the root, /dev) take no size: read-only, they hold
+  // nothing the box writes. The mounts on them (/dev/shm, /dev/pts, /workspace...) keep their modes.
+  add({"--remount-ro", "/dev", "--remount-ro", "/"});
   add({"--chdir", "/workspace"});
   argv.push_back(kAgentPathInside);
   argv.insert(argv.end(), o.agent_args.begin(), o.agent_args.end());

@@ -4,6 +4,7 @@
 // what a sandbox sees; the code that runs it lives in launch.cpp.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -38,6 +39,9 @@ struct BwrapOptions {
   // so the binary is never copied (see LaunchSpec::agent_fd).
   int agent_fd = -1;
   std::vector<std::string> agent_args;  // arguments after the binary ("agent", limits...)
+  // Size of each tmpfs the box gets (/dev/shm, /run); the root and /dev,
+  // bwrap's own tmpfs, are made read-only instead (docs/design.md section 8).
+  std::uint64_t tmpfs_bytes = 64ull << 20;
   // When set, the sandbox's own directories (kStagedDirs) and the agent are
   // bound from here instead of from dirs.root and agent_binary: a root
   // server's launcher mounts them here in a private mount namespace, so
@@ -56,8 +60,28 @@ inline constexpr const char* kAgentPathInside = "/run/agentbox-bin/agentbox";
 // The fd number bwrap finds the agent binary on when it is passed by fd.
 inline constexpr int kAgentFdInBwrap = 3;
 
-// Host /etc files never shown inside (bound over with an empty file).
+// Host /etc files never shown inside: the plan binds a list of what programs
+// need instead of host /etc (host_etc.h), and these are not on it.
 const std::vector<std::string>& masked_etc_files();
+
+// A copy of the agent executable for bwrap to bind, so that a box's
+// /proc/self/mountinfo shows the copy's neutral name ("/agentbox/agent-<build>"
+// on a tmpfs) instead of the install path. One per user and build, shared by
+// the servers running it (each holds a shared flock; a server removes the
+// copies of other builds none holds); made once, not per sandbox start. Where
+// no copy can be made, path() is the source and a warning says so.
+class AgentCopy {
+ public:
+  AgentCopy(const std::filesystem::path& source, const std::filesystem::path& state_dir);
+  ~AgentCopy();
+  AgentCopy(const AgentCopy&) = delete;
+  AgentCopy& operator=(const AgentCopy&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  int held_ = -1;
+};
 
 // The full argv, starting with the bwrap path.
 std::vector<std::string> bwrap_argv(const BwrapOptions& options);

@@ -36,22 +36,13 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-// /proc/self/cgroup lines are "id:controllers:path"; v2 is "0::path".
+// This process's cgroup path in the v1 hierarchy of controller, or (empty
+// controller) in the v2 one.
 std::string own_path(const std::string& controller) {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    std::string list = line.substr(a + 1, b - a - 1);
-    std::stringstream ss(list);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item == controller) return line.substr(b + 1);
-    }
-    if (controller.empty() && list.empty()) return line.substr(b + 1);
-  }
-  return {};
+  ProcCgroup own = parse_proc_cgroup(read_file("/proc/self/cgroup"));
+  if (controller.empty()) return own.unified.value_or("");
+  auto it = own.v1.find(controller);
+  return it == own.v1.end() ? std::string() : it->second;
 }
 
 // Mount point of a v1 controller (or of cgroup2 when controller is empty).
@@ -100,10 +91,19 @@ bool can_create_in(const fs::path& parent, std::string& why) {
 CgroupSupport detect_v2(const fs::path& mount) {
   CgroupSupport s;
   s.version = CgroupSupport::Version::V2;
-  std::string controllers = read_file(mount / "cgroup.controllers");
+  fs::path own = mount / fs::path(own_path("")).relative_path();
+  // A normal user may only use a subtree delegated to it; its own group's
+  // controllers, not the root's, are what it can hand on.
+  Delegation d = v2_delegation(own, geteuid());
+  if (geteuid() != 0 && !d.delegated) {
+    s.detail = "cgroup v2 at " + mount.string() + ", but this server's cgroup " + own.string() +
+               " is not delegated to it (" + d.why + "); start it inside a delegated one, e.g. "
+               "`systemd-run --user --scope -p Delegate=yes agentbox serve`";
+    return s;
+  }
+  std::string controllers = read_file((geteuid() == 0 ? mount : own) / "cgroup.controllers");
   s.has_memory = controllers.find("memory") != std::string::npos;
   s.has_pids = controllers.find("pids") != std::string::npos;
-  fs::path own = mount / fs::path(own_path("")).relative_path();
   // A v2 group that has processes may not hand controllers to children (the
   // "no internal processes" rule), so the server first moves itself into a leaf.
   std::string why;
@@ -151,11 +151,65 @@ CgroupSupport detect_v1() {
   s.detail = s.writable ? "cgroup v1 (memory " + std::string(s.has_memory ? "yes" : "no") + ", pids " +
                               (s.has_pids ? "yes" : "no") + ", cpu " + (s.has_cpu ? "yes" : "no") + ")"
                         : "cgroup v1 is not writable by this server (" + why +
-                              "); run the server as root to get memory and process limits per sandbox";
+                              "); run the server as root to get memory and process limits per sandbox (cgroup v1 "
+                              "cannot be delegated to a normal user; a cgroup v2 host can, via systemd's user manager)";
   return s;
 }
 
+bool has_word(const std::string& list, const std::string& word) {
+  std::stringstream ss(list);
+  for (std::string item; ss >> item;)
+    if (item == word) return true;
+  return false;
+}
+
 }  // namespace
+
+ProcCgroup parse_proc_cgroup(const std::string& text) {
+  ProcCgroup out;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    std::string list = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && list.empty()) {
+      out.unified = path;
+      continue;
+    }
+    std::stringstream ss(list);
+    for (std::string item; std::getline(ss, item, ',');) out.v1[item] = path;
+  }
+  return out;
+}
+
+Delegation v2_delegation(const fs::path& dir, unsigned uid) {
+  Delegation d;
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    d.why = errno_message("stat " + dir.string(), errno);
+    return d;
+  }
+  std::string controllers = read_file(dir / "cgroup.controllers");
+  d.memory = has_word(controllers, "memory");
+  d.pids = has_word(controllers, "pids");
+  d.cpu = has_word(controllers, "cpu");
+  if (st.st_uid != uid) {
+    d.why = "owned by uid " + std::to_string(st.st_uid);
+    return d;
+  }
+  for (const char* file : {"cgroup.procs", "cgroup.subtree_control"}) {
+    if (access((dir / file).c_str(), W_OK) != 0) {
+      d.why = errno_message(std::string(file) + " is not writable", errno);
+      return d;
+    }
+  }
+  if (!d.memory && !d.pids) {
+    d.why = "neither memory nor pids is in its cgroup.controllers";
+    return d;
+  }
+  d.delegated = true;
+  return d;
+}
 
 std::string cpu_quota_us(double cpus) {
   if (cpus <= 0) return "-1";
@@ -209,7 +263,7 @@ std::unique_ptr<Cgroup> Cgroup::create(const CgroupSupport& support, const std::
     std::string pids = std::to_string(limits.max_processes + 16);
     if (support.version == CgroupSupport::Version::V2) {
       if (support.has_memory) group->memory_ = write_file(dir / "memory.max", mem, &why);
-      if (support.has_pids) write_file(dir / "pids.max", pids, &why);
+      if (support.has_pids) group->pids_ = write_file(dir / "pids.max", pids, &why);
       write_file(dir / "memory.swap.max", "0");
       if (support.has_cpu) {
         write_file(dir / "cpu.weight", std::to_string(std::max<std::uint64_t>(1, limits.cpu_shares * 100 / 1024)));
@@ -219,7 +273,7 @@ std::unique_ptr<Cgroup> Cgroup::create(const CgroupSupport& support, const std::
       group->memory_ = write_file(dir / "memory.limit_in_bytes", mem, &why);
       if (fs::exists(dir / "memory.memsw.limit_in_bytes")) write_file(dir / "memory.memsw.limit_in_bytes", mem);
     } else if (fs::exists(dir / "pids.max")) {
-      write_file(dir / "pids.max", pids, &why);
+      group->pids_ = write_file(dir / "pids.max", pids, &why);
     } else if (fs::exists(dir / "cpu.shares")) {
       write_file(dir / "cpu.shares", std::to_string(limits.cpu_shares), &why);
       // Period first: the kernel checks the quota against it.

@@ -8,6 +8,7 @@
 #include "sandbox/limits.h"
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,25 @@ struct CgroupSupport {
   std::string version_name() const;
 };
 
+// /proc/self/cgroup parsed: the cgroup v2 path ("0::path") and each v1
+// controller's path ("id:memory,...:path").
+struct ProcCgroup {
+  std::optional<std::string> unified;
+  std::map<std::string, std::string> v1;
+};
+ProcCgroup parse_proc_cgroup(const std::string& text);
+
+// Whether a cgroup v2 directory is delegated to uid (owned by it, with
+// cgroup.procs and cgroup.subtree_control its to write: a systemd user
+// manager's subtree, user@UID.service/..., or a unit with Delegate=yes), and
+// which of memory, pids and cpu its cgroup.controllers offers.
+struct Delegation {
+  bool delegated = false;
+  bool memory = false, pids = false, cpu = false;
+  std::string why;  // when not delegated: what is missing
+};
+Delegation v2_delegation(const std::filesystem::path& dir, unsigned uid);
+
 // Looks at /proc/self/cgroup and /proc/self/mountinfo and tries to create the
 // "agentbox" parent groups. Safe to call more than once.
 CgroupSupport detect_cgroups();
@@ -51,6 +71,7 @@ class Cgroup {
   // before it execs; see AgentClient.
   const std::vector<std::string>& procs_files() const { return procs_files_; }
   bool limits_memory() const { return memory_; }
+  bool limits_pids() const { return pids_; }
   // The CPU quota written (in CPUs), 0 when none could be.
   double cpu_quota() const { return cpu_quota_; }
   // SIGKILLs every process in the group until it is empty.
@@ -63,6 +84,7 @@ class Cgroup {
   std::vector<std::string> procs_files_;
   CgroupSupport::Version version_ = CgroupSupport::Version::None;
   bool memory_ = false;
+  bool pids_ = false;
   double cpu_quota_ = 0;
 };
 

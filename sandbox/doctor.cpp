@@ -5,6 +5,7 @@
 #include "sandbox/cgroups.h"
 #include "sandbox/disk.h"
 #include "sandbox/errors.h"
+#include "sandbox/limits_report.h"
 #include "sandbox/manager.h"
 #include "sandbox/run_capture.h"
 #include "sandbox/seccomp.h"
@@ -82,19 +83,17 @@ std::string cpus_text(double cpus) {
 
 DoctorCheck check_cgroups(const DoctorOptions& o) {
   CgroupSupport s = detect_cgroups();
-  if (s.writable) {
-    std::string cpu;
-    if (!s.has_cpu) cpu = "; no cpu controller: CPU is neither weighted nor capped per sandbox";
-    else if (o.cpus <= 0) cpu = "; CPU weighted per sandbox, no quota (--cpus 0)";
-    else cpu = "; CPU quota " + cpus_text(o.cpus) + " per sandbox (" +
-               (s.version == CgroupSupport::Version::V2 ? "cpu.max" : "cpu.cfs_quota_us") + ", --cpus)";
-    return {"cgroups", s.has_cpu || o.cpus <= 0 ? Level::Ok : Level::Warn,
-            s.detail + "; memory and process limits per sandbox" + cpu};
-  }
+  // Which limits hold and how, one per line, in plain words (limits_report.cpp).
+  Limits limits;
+  limits.cpus = o.cpus;
+  limits.tmpfs_bytes = o.tmpfs_bytes;
+  std::string held;
+  for (const auto& line : limits_lines(s, limits, nullptr)) held += "\n        " + line;
+  if (s.writable)
+    return {"cgroups", s.has_cpu || o.cpus <= 0 ? Level::Ok : Level::Warn, s.detail + "; limits per sandbox:" + held};
   return {"cgroups", Level::Warn,
-          s.detail + ". Sandboxes still run, limited by rlimits only (per-process memory, a process count per "
-                     "sandbox); a memory bomb can then use the host's memory up to those limits, and there is "
-                     "no CPU quota (--cpus needs the cpu controller)."};
+          s.detail + ". Sandboxes still run, limited by rlimits only; a memory bomb of many processes can use the "
+                     "host's memory, and CPU is not capped:" + held};
 }
 
 DoctorCheck check_seccomp() {
@@ -149,6 +148,7 @@ DoctorCheck check_sandbox(const DoctorOptions& o) {
     mo.bwrap = o.bwrap;
     mo.agent_args = o.agent_args;
     mo.limits.cpus = o.cpus;
+    mo.limits.tmpfs_bytes = o.tmpfs_bytes;
     if (!o.uid_range.empty()) mo.uid_range = parse_uid_range(o.uid_range);
     mo.disk = o.disk;
     mo.spare = ManagerOptions::Spare::None;
@@ -208,9 +208,10 @@ int doctor_main(int argc, char** argv) {
     else if (arg == "--cpus" && i + 1 < argc) o.cpus = std::atof(argv[++i]);
     else if (arg == "--uid-range" && i + 1 < argc) o.uid_range = argv[++i];
     else if (arg == "--workspace-limit" && i + 1 < argc) o.disk.bytes = parse_size(argv[++i]);
+    else if (arg == "--tmpfs-size" && i + 1 < argc) o.tmpfs_bytes = parse_size(argv[++i]);
     else {
       std::cerr << "usage: agentbox doctor [--state-dir DIR] [--bwrap PATH] [--cpus N] [--uid-range START:COUNT] "
-                   "[--workspace-limit SIZE] [--no-sandbox]\n";
+                   "[--workspace-limit SIZE] [--tmpfs-size SIZE] [--no-sandbox]\n";
       return 2;
     }
   }

@@ -27,6 +27,7 @@ struct DoctorOptions {
   double cpus = default_cpu_quota();  // the CPU quota to report (serve --cpus)
   std::string uid_range;  // serve's --uid-range START:COUNT; empty: its default
   DiskOptions disk;  // the workspace limit to check (serve --workspace-limit)
+  std::uint64_t tmpfs_bytes = Limits{}.tmpfs_bytes;  // serve --tmpfs-size
 };
 
 std::vector<DoctorCheck> run_doctor(const DoctorOptions& options);

@@ -28,6 +28,9 @@ struct Limits {
   double cpus = default_cpu_quota();
   std::uint64_t file_size_bytes = 1ull << 30;   // RLIMIT_FSIZE
   std::uint64_t open_files = 4096;
+  // Each tmpfs in the box (/dev/shm, /run): RAM, counted in the memory
+  // cgroup where there is one (docs/design.md section 8).
+  std::uint64_t tmpfs_bytes = 64ull << 20;
   std::chrono::milliseconds default_timeout{120'000};
   std::chrono::milliseconds max_timeout{3'600'000};
   std::size_t inline_output_chars = 30'000;

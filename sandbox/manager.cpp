@@ -3,6 +3,7 @@
 #include "persistence/recovery.h"
 #include "persistence/tree_fs.h"
 #include "sandbox/host_dirs.h"
+#include "sandbox/limits_report.h"
 #include "sandbox/uid_range.h"
 
 #include <spdlog/spdlog.h>
@@ -107,7 +108,6 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   root_ = geteuid() == 0;
   cgroups_ = detect_cgroups();
   check_uid_range();
-  spdlog::info("sandboxes: {}; network {}", cgroups_.detail, options_.network_host ? "host" : "none");
   if (root_ && !stages())
     spdlog::warn("this root server may not make mount namespaces (no CAP_SYS_ADMIN?): sandboxes bind their "
                  "directories by path, so the state directory's parents must be traversable by {}",
@@ -121,10 +121,10 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   make_dir(options_.state_dir / "snapshots", 0700);
   make_dir(options_.state_dir / "locks", 0700);
   disks_ = start_disks(options_.disk, layout_, root_ && stages());  // mounted before recovery reads them
+  log_limits(cgroups_, options_.limits, *disks_, options_.network_host);
   open_catalog();
-  agent_binary_ = options_.agent_binary.empty() ? default_agent() : options_.agent_binary;
-  // bwrap binds the agent from this fd: when bwrap runs as the sandbox user,
-  // that user need not be able to reach the binary's path.
+  agent_copy_.emplace(options_.agent_binary.empty() ? default_agent() : options_.agent_binary, options_.state_dir);
+  agent_binary_ = agent_copy_->path();  // by fd from a copy mountinfo does not name (bwrap_plan.h AgentCopy)
   agent_fd_ = open(agent_binary_.c_str(), O_PATH | O_CLOEXEC);
   if (agent_fd_ < 0)
     throw SandboxError(codes::kSandboxStartFailed, errno_message("cannot open the agent " + agent_binary_.string(), errno));
@@ -232,6 +232,7 @@ BwrapOptions Manager::plan_for(const SandboxDirs& dirs) const {
   plan.network_host = options_.network_host;
   plan.agent_binary = agent_binary_;
   plan.agent_fd = kAgentFdInBwrap;
+  plan.tmpfs_bytes = options_.limits.tmpfs_bytes;
   if (stages()) plan.staged_dir = kStagingDir;
   return plan;
 }

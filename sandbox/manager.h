@@ -113,6 +113,9 @@ class Sandbox {
   std::uint64_t workspace_bytes() const;
   // The CPU quota its cgroup enforces, in CPUs; 0 when none.
   double cpu_quota() const;
+  // Whether its cgroup holds its memory / process count (limits_report.cpp).
+  bool cgroup_memory() const;
+  bool cgroup_pids() const;
 
  private:
   bool running() const;  // the agent is alive
@@ -261,7 +264,8 @@ class Manager {
   std::unique_ptr<Disks> disks_;
   bool root_ = false;
   persistence::IdRange uid_range_;  // root only
-  std::filesystem::path agent_binary_;
+  std::optional<AgentCopy> agent_copy_;
+  std::filesystem::path agent_binary_;  // agent_copy_'s path
   int agent_fd_ = -1;  // O_PATH fd of agent_binary_, bound into each sandbox by bwrap
   mutable std::mutex mutex_;  // guards sandboxes_; never held while a sandbox starts
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;

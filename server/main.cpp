@@ -82,6 +82,7 @@ int serve(const std::vector<std::string>& args) {
   if (options->cpus) sandbox_options.limits.cpus = *options->cpus;
   if (!options->uid_range.empty()) sandbox_options.uid_range = sandbox::parse_uid_range(options->uid_range);
   sandbox_options.disk = {options->workspace_limit, options->workspace_inodes};
+  if (options->tmpfs_bytes) sandbox_options.limits.tmpfs_bytes = *options->tmpfs_bytes;
   sandbox_options.spare = options->spare == "none"   ? sandbox::ManagerOptions::Spare::None
                           : options->spare == "warm" ? sandbox::ManagerOptions::Spare::Warm
                                                      : sandbox::ManagerOptions::Spare::Prepared;

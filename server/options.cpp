@@ -48,7 +48,7 @@ std::filesystem::path default_state_dir() {
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
   std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle, snapshot_timeout;
-  std::string workspace_limit;
+  std::string workspace_limit, tmpfs_size;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -82,6 +82,8 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
                                                        "root and loop devices, else not enforced)")
       ("workspace-inodes", po::value(&out.workspace_inodes), "files a sandbox may hold (default: one per 16 KiB of "
                                                              "--workspace-limit)")
+      ("tmpfs-size", po::value(&tmpfs_size), "size of each tmpfs in a sandbox (/dev/shm, /run), e.g. 64M "
+                                             "(default 64M; RAM, counted in the sandbox's memory cgroup if any)")
       ("spare", po::value(&spare), "what is made ready for the next new conversation: none, prepared (default: "
                                    "directories, cgroup and launcher) or warm (a running spare sandbox)")
       ("uid-range", po::value(&out.uid_range),
@@ -129,6 +131,10 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   if (!workspace_limit.empty()) out.workspace_limit = sandbox::parse_size(workspace_limit);
   if (out.workspace_limit != 0 && out.workspace_limit < (16ull << 20))
     throw std::invalid_argument("--workspace-limit must be at least 16M (or 0 for unlimited)");
+  if (!tmpfs_size.empty()) {
+    out.tmpfs_bytes = sandbox::parse_size(tmpfs_size);
+    if (*out.tmpfs_bytes < 4096) throw std::invalid_argument("--tmpfs-size must be at least 4096 bytes");
+  }
   if (!spare.empty()) {
     if (spare != "none" && spare != "prepared" && spare != "warm")
       throw std::invalid_argument("--spare must be none, prepared or warm, not '" + spare + "'");

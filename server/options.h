@@ -28,6 +28,7 @@ struct ServeOptions {
   std::size_t spin_us = 200;  // stdin is polled this long without sleeping in a burst of requests; 0 = never
   bool test_tools = false;
   std::optional<double> cpus;     // CPU quota per sandbox in CPUs, 0 = none (default: all CPUs but one)
+  std::optional<std::uint64_t> tmpfs_bytes;  // size of each tmpfs in a sandbox (default 64 MiB)
   std::string spare = "prepared";  // none | prepared | warm: what is ready for the next new conversation
   std::string uid_range;  // START:COUNT host ids for a root server's sandboxes; empty: sandbox/uid_range.h default
   std::uint64_t workspace_limit = 10ull << 30;  // bytes per sandbox (its own filesystem, sandbox/disk.h); 0 = none

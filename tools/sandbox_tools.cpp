@@ -2,6 +2,8 @@
 // sandbox_destroy.
 #include "tools/sandbox_call.h"
 
+#include "sandbox/limits_report.h"
+
 
 namespace agentbox::tools {
 
@@ -12,6 +14,7 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
                  {"sessions", json::array()},    {"processes", json::array()}, {"workspace_bytes", 0},
                  {"last_snapshot", nullptr}};
   if (!manager) return status;
+  status["limits"] = sandbox::sandbox_limits(*manager, nullptr);  // what a sandbox started now gets
   // The catalog knows sandboxes this server has not started (stopped at idle,
   // or left by an earlier server); the status never starts or restores one.
   auto record = manager->record(conversation);
@@ -26,6 +29,7 @@ json status_of(sandbox::Manager* manager, const std::string& conversation) {
   std::string state = sandbox->state();
   if (state != "stopped" || record->state != "stopped") status["state"] = state;
   if (state != "stopped") status["workspace_bytes"] = sandbox->workspace_bytes();
+  if (state == "active") status["limits"] = sandbox::sandbox_limits(*manager, sandbox.get());  // what it took
   if (auto disk = sandbox::disk_usage(sandbox->dirs().root))  // its own filesystem (sandbox/disk.h)
     status["workspace_limit_bytes"] = manager->disks().options().bytes, status["workspace_inodes"] = disk->used_inodes;
   auto client = sandbox->client();

@@ -115,6 +115,19 @@ for (const [label, asUser] of accounts) {
       const read = await ok(server, 'file_read', { path: '/workspace/hello.txt' });
       assert.equal(read.structuredContent.content, 'hello from the defaults\n');
       assert.match(read.content[0].text, /hello from the defaults/);
+      // sandbox_status says which limits hold, and they are the ones that do:
+      // a root server's workspace is its own filesystem, a normal user's is not.
+      const status = (await ok(server, 'sandbox_status', {})).structuredContent;
+      const limits = status.limits;
+      assert.ok(limits, `no limits in ${JSON.stringify(status)}`);
+      assert.equal(limits.tmpfs.bytes, 64 * 1024 * 1024);
+      const rootServer = isRoot && !asUser;
+      assert.equal(limits.workspace.enforced, rootServer ? 'filesystem' : 'none', JSON.stringify(limits));
+      if (rootServer) assert.equal(limits.workspace.bytes, 10 * 1024 ** 3);
+      else assert.match(limits.workspace.why, /./);
+      assert.match(limits.memory.enforced, rootServer ? /^cgroup$/ : /^(cgroup|per-process)$/);
+      const shm = await ok(server, 'exec', { command: 'df -B1 --output=size /dev/shm | tail -1' });
+      assert.equal(Number(shm.structuredContent.stdout.trim()), limits.tmpfs.bytes);
       // It was the default state directory that served.
       assert.ok(existsSync(join(who.stateDir, 'sandboxes')), `no ${who.stateDir}/sandboxes\n${tail(server.stderr())}`);
     });

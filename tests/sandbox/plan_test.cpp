@@ -3,6 +3,7 @@
 #include "sandbox/agent_spawn.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/cgroups.h"
+#include "sandbox/host_etc.h"
 #include "sandbox/output_buffer.h"
 #include "sandbox/seccomp.h"
 
@@ -71,11 +72,20 @@ TEST_CASE("bwrap plan binds the sandbox dirs and never host homes, /root or /run
   CHECK(has_triple(argv, "--tmpfs", "/run", "--perms"));
 }
 
-TEST_CASE("bwrap plan masks shadow files and hides a state dir under a bound directory") {
+TEST_CASE("bwrap plan binds needed parts of /etc, not shadow, and hides a state dir under a bound directory") {
   auto o = sample();
   o.state_dir = "/opt/agentbox-state";
   auto argv = bwrap_argv(o);
-  CHECK(has_triple(argv, "--ro-bind", "/var/lib/agentbox/sandboxes/abc/etc/empty", "/etc/shadow"));
+  // Host /etc is not bound whole, and shadow is not bound at all (host_etc.cpp).
+  CHECK_FALSE(has_triple(argv, "--ro-bind", "/etc", "/etc"));
+  for (const auto& arg : argv) CHECK(arg.find("shadow") == std::string::npos);
+  if (std::filesystem::is_regular_file(std::filesystem::symlink_status("/etc/resolv.conf")))
+    CHECK(has_triple(argv, "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"));
+  // What must never be shown is not on the list, whatever the host has.
+  for (const auto& file : masked_etc_files()) {
+    std::string top = std::filesystem::path(file).lexically_relative("/etc").begin()->string();
+    CHECK_FALSE(host_etc_binds(top));
+  }
   CHECK(has_triple(argv, "--ro-bind", "/var/lib/agentbox/sandboxes/abc/etc/passwd", "/etc/passwd"));
   CHECK(has_triple(argv, "--ro-bind", "/opt", "/opt"));
   auto tmpfs = std::find(argv.begin(), argv.end(), "/opt/agentbox-state");
@@ -94,7 +104,6 @@ TEST_CASE("a staged bwrap plan binds the sandbox's own dirs and the agent from t
   CHECK(has_triple(argv, "--bind", "/run/agentbox-staging/home", "/home/user"));
   CHECK(has_triple(argv, "--bind", "/run/agentbox-staging/tmp", "/tmp"));
   CHECK(has_triple(argv, "--ro-bind", "/run/agentbox-staging/etc/passwd", "/etc/passwd"));
-  CHECK(has_triple(argv, "--ro-bind", "/run/agentbox-staging/etc/empty", "/etc/shadow"));
   CHECK(has_triple(argv, "--ro-bind", "/run/agentbox-staging/agent", kAgentPathInside));
   CHECK_FALSE(has(argv, "--ro-bind-fd"));
   // Every source a staged plan takes from the staging dir is one kStagedDirs (or the agent) provides.
