@@ -3,19 +3,11 @@
 #include "os/errno_text.h"
 #include "rpc/framing.h"
 #include "rpc/message.h"
-#include "sandbox/bwrap_plan.h"
 
 #include <spdlog/spdlog.h>
 
-#include <cerrno>
-#include <csignal>
-#include <fcntl.h>
 #include <future>
-#include <grp.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace agentbox::sandbox {
@@ -24,23 +16,6 @@ namespace {
 
 constexpr std::size_t kMaxAgentLine = 64 << 20;
 constexpr std::size_t kStderrTailLines = 20;
-
-// pid to decimal without allocating (we are between fork and exec).
-std::size_t format_pid(pid_t pid, char* out) {
-  char digits[16];
-  std::size_t n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + pid % 10);
-    pid /= 10;
-  } while (pid > 0);
-  for (std::size_t i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
-  return n;
-}
-
-[[noreturn]] void child_fail(const char* message) {
-  (void)!write(2, message, std::strlen(message));
-  _exit(127);
-}
 
 }  // namespace
 
@@ -60,23 +35,15 @@ std::string explain_start_failure(const std::string& err) {
   return "the sandbox did not start. bwrap said: " + err;
 }
 
-std::shared_ptr<AgentClient> AgentClient::start(LaunchSpec spec, std::chrono::milliseconds hello_timeout) {
-  auto client = launch(std::move(spec));
-  client->await_hello(hello_timeout);
-  return client;
-}
-
-std::shared_ptr<AgentClient> AgentClient::launch(LaunchSpec spec) {
+std::shared_ptr<AgentClient> AgentClient::attach(StartFn start, std::string name) {
   std::shared_ptr<AgentClient> client(new AgentClient);
-  client->name_ = spec.name;
-  client->reader_ = std::thread([client = client.get(), spec = std::move(spec)]() mutable {
-    client->reader_main(std::move(spec));
+  client->name_ = std::move(name);
+  client->reader_ = std::thread([client = client.get(), start = std::move(start)]() mutable {
+    client->reader_main(std::move(start));
   });
-  {
-    std::unique_lock lock(client->mutex_);
-    client->changed_.wait(lock, [&] { return client->launched_ || !client->launch_error_.empty(); });
-    if (!client->launch_error_.empty()) throw SandboxError(codes::kSandboxStartFailed, client->launch_error_);
-  }
+  std::unique_lock lock(client->mutex_);
+  client->changed_.wait(lock, [&] { return client->launched_ || client->launch_error_; });
+  if (client->launch_error_) std::rethrow_exception(client->launch_error_);
   return client;
 }
 
@@ -95,88 +62,23 @@ void AgentClient::await_hello(std::chrono::milliseconds hello_timeout) {
   }
 }
 
-void AgentClient::reader_main(LaunchSpec spec) {
-  std::vector<char*> argv, envp;
-  for (auto& a : spec.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : spec.env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<const char*> procs;
-  for (const auto& p : spec.cgroup_procs) procs.push_back(p.c_str());
-
-  int in[2], out[2], err[2];
-  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+void AgentClient::reader_main(StartFn start) {
+  LaunchedProcess process;
+  try {
+    process = start();
+  } catch (...) {
     std::lock_guard lock(mutex_);
-    launch_error_ = os::errno_text("pipe", errno);
+    launch_error_ = std::current_exception();
     changed_.notify_all();
     return;
   }
-  // A file page is a megabyte: a pipe that holds it lets the agent write it in
-  // one go instead of sixteen 64 KiB hand-offs with the reader (best effort).
-  fcntl(out[1], F_SETPIPE_SZ, 1 << 20);
-  // The other way too: a request that fits is handed over without waiting for
-  // the agent (try_call_async).
-  fcntl(in[1], F_SETPIPE_SZ, 1 << 20);
-  int capacity = fcntl(in[1], F_GETPIPE_SZ);
-  pid_t pid = fork();
-  if (pid == 0) {
-    // Async-signal-safe calls only from here to exec: the server is multithreaded.
-    char pidbuf[16];
-    std::size_t len = format_pid(getpid(), pidbuf);
-    for (const char* file : procs) {
-      int fd = open(file, O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || write(fd, pidbuf, len) < 0) child_fail("agentbox: cannot join the sandbox cgroup\n");
-      close(fd);
-    }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (spec.staging && !spec.staging->enter(err[1])) _exit(127);
-    if (spec.drop_to) {
-      gid_t gid = spec.drop_to->second;
-      uid_t uid = spec.drop_to->first;
-      if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
-        child_fail("agentbox: cannot switch to the sandbox user\n");
-    }
-    // Every fd that moves is first copied above the ones it moves to, so no
-    // dup2 overwrites one still to be moved (the gate may well be fd 3).
-    int moving[5] = {in[0], out[1], err[1], spec.agent_fd, spec.gate_fd};
-    for (int& fd : moving)
-      if (fd >= 0) fd = fcntl(fd, F_DUPFD_CLOEXEC, kAgentFdInBwrap + 2);
-    dup2(moving[0], 0);
-    dup2(moving[1], 1);
-    dup2(moving[2], 2);
-    unsigned first_closed = 3;
-    if (moving[3] >= 0) {
-      dup2(moving[3], kAgentFdInBwrap);  // dup2 clears close-on-exec
-      first_closed = kAgentFdInBwrap + 1;
-    }
-    if (moving[4] >= 0) {
-      dup2(moving[4], kAgentFdInBwrap + 1);
-      first_closed = kAgentFdInBwrap + 2;
-    }
-    syscall(SYS_close_range, first_closed, ~0u, 0u);
-    execve(argv[0], argv.data(), envp.data());
-    child_fail("bwrap: No such file or directory (cannot execute bwrap)\n");
-  }
-  int fork_errno = errno;
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
   {
     std::lock_guard lock(mutex_);
-    if (pid < 0) {
-      launch_error_ = os::errno_text("fork", fork_errno);
-      for (int fd : {in[1], out[0], err[0]}) close(fd);
-      changed_.notify_all();
-      return;
-    }
-    pid_ = pid;
-    to_agent_ = in[1];
-    to_agent_capacity_ = capacity > 0 ? static_cast<std::size_t>(capacity) : 0;
-    from_agent_ = out[0];
-    stderr_fd_ = err[0];
+    pid_ = process.pid;
+    to_agent_ = process.stdin_fd;
+    to_agent_capacity_ = process.stdin_capacity;
+    from_agent_ = process.stdout_fd;
+    stderr_fd_ = process.stderr_fd;
     launched_ = true;
     changed_.notify_all();
   }
@@ -190,16 +92,13 @@ void AgentClient::reader_main(LaunchSpec spec) {
     if (!violation.empty()) reject(violation);
     if (rejected_) break;  // nothing more from this agent is read: it is being killed
   }
-  int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
+  int status = wait_launched(pid_);
   if (stderr_reader_.joinable()) stderr_reader_.join();
   std::string reason;
   {
     std::lock_guard lock(mutex_);
     dead_ = true;
-    if (WIFSIGNALED(status)) reason = "killed by " + std::string(strsignal(WTERMSIG(status)));
-    else reason = "exit status " + std::to_string(WEXITSTATUS(status));
+    reason = describe_wait_status(status);
     if (!stderr_tail_.empty()) reason += "; last message: " + stderr_tail_.back();
     death_reason_ = !rejection_.empty() ? "the sandbox was stopped because its agent sent a malformed message: " + rejection_
                     : stopping_       ? "it was stopped by the server"
@@ -290,7 +189,7 @@ void AgentClient::reject(const std::string& why) {
   spdlog::error("sandbox {}: its agent sent a malformed message ({}); stopping the sandbox, it will be restarted "
                 "on the next call",
                 name_, why);
-  if (pid_ > 0) ::kill(pid_, SIGKILL);
+  kill_launched(pid_);
 }
 
 void AgentClient::run_callback(Callback& callback, Outcome outcome) {
@@ -476,7 +375,7 @@ void AgentClient::stop() {
     std::unique_lock lock(write_mutex_, std::defer_lock);
     if (!lock.try_lock_for(std::chrono::milliseconds(500))) {
       spdlog::warn("sandbox {}: its agent does not read its requests; killing it", name_);
-      ::kill(pid_, SIGKILL);
+      kill_launched(pid_);
       lock.lock();
     }
     if (to_agent_ >= 0) close(to_agent_);
@@ -484,7 +383,7 @@ void AgentClient::stop() {
   }
   std::unique_lock lock(mutex_);
   if (!changed_.wait_for(lock, std::chrono::milliseconds(500), [this] { return dead_; })) {
-    ::kill(pid_, SIGKILL);
+    kill_launched(pid_);
     changed_.wait_for(lock, std::chrono::seconds(5), [this] { return dead_; });
   }
 }
@@ -509,7 +408,7 @@ AgentClient::~AgentClient() {
   stop();
   {
     std::lock_guard lock(mutex_);
-    if (!dead_ && pid_ > 0) ::kill(pid_, SIGKILL);
+    if (!dead_) kill_launched(pid_);
   }
   join_or_detach(reader_);
   {

@@ -1,25 +1,29 @@
-// The server's side of one sandbox: starts bwrap around the agent, then
-// speaks JSON-RPC to it over the agent's stdin/stdout (rpc/framing.h) with
-// request ids, per-call timeouts and notification routing (streamed output).
+// The server's JSON-RPC client of one sandbox's agent: requests with ids,
+// per-call timeouts and notification routing (streamed output) over the
+// agent's stdin/stdout (rpc/framing.h), read by its own reader thread. Who
+// starts the process is the driver's business (driver.h; launch.h for
+// bubblewrap): the client is handed a running process to attach to.
 // When the agent dies every pending call fails with SANDBOX_FAILED and the
 // client stays dead; the manager starts a new one on the next call. A line
 // from the agent that is not what the agent sends (not JSON, wrong types, an
 // id never sent, too deep, too long) ends the sandbox the same way: the box
 // controls that pipe (docs/sandbox.md, "The wall between host and box").
 //
-// Caveat: the process is forked from the client's own reader thread, because
-// bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that
-// forked it ends, not the process.
+// Caveat: the process is started from the client's own reader thread
+// (attach() runs the start function there), because bwrap's
+// --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it
+// ends, not the process.
 #pragma once
 
 #include "contract/errors.h"
-#include "sandbox/staging.h"
+#include "sandbox/launch.h"
 
 #include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -35,21 +39,6 @@ namespace agentbox::sandbox {
 
 using json = nlohmann::json;
 
-struct LaunchSpec {
-  std::vector<std::string> argv;          // bwrap and its arguments
-  std::vector<std::string> env;
-  std::vector<std::string> cgroup_procs;  // joined by the child before exec
-  std::optional<std::pair<unsigned, unsigned>> drop_to;  // host uid/gid when the server is root
-  std::string name;                       // for logs
-  int agent_fd = -1;  // kept open in bwrap as kAgentFdInBwrap (the agent binary, for --ro-bind-fd)
-  // Also kept open in the child, as fd kAgentFdInBwrap + 1 (a launcher
-  // prepared ahead waits on it before it execs bwrap; Manager).
-  int gate_fd = -1;
-  // A root server's: the child enters it (a private mount namespace with
-  // the sandbox's directories) before it drops to drop_to.
-  std::optional<Staging> staging;
-};
-
 class AgentClient : public std::enable_shared_from_this<AgentClient> {
  public:
   // The outcome of one call: a result, or the error that replaced it.
@@ -60,13 +49,14 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   using Callback = std::function<void(Outcome)>;
   using NoteSink = std::function<void(const std::string& method, const json& params)>;
 
-  // Starts the sandbox and waits for the agent's hello. Throws
-  // SandboxError(SANDBOX_START_FAILED) with bwrap's own explanation.
-  static std::shared_ptr<AgentClient> start(LaunchSpec spec, std::chrono::milliseconds hello_timeout);
-  // start() in two steps: launch() forks and execs spec.argv (no hello);
-  // await_hello() waits for the agent's hello (throws as start() does), so a
-  // launcher can be forked ahead and released later.
-  static std::shared_ptr<AgentClient> launch(LaunchSpec spec);
+  // Starts a process on the client's reader thread (see the caveat above)
+  // and reads its stdout; returns once it runs. Throws what start throws
+  // (LaunchError: SANDBOX_START_FAILED with the step and errno).
+  using StartFn = std::function<LaunchedProcess()>;
+  static std::shared_ptr<AgentClient> attach(StartFn start, std::string name);
+  // Waits for the agent's hello (apart from attach(), so a launcher can be
+  // started ahead and released later). Throws SandboxError
+  // (SANDBOX_START_FAILED) with bwrap's own explanation from its stderr.
   void await_hello(std::chrono::milliseconds hello_timeout);
   ~AgentClient();
 
@@ -107,7 +97,7 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
     std::chrono::steady_clock::time_point deadline;
   };
   AgentClient() = default;
-  void reader_main(LaunchSpec spec);
+  void reader_main(StartFn start);
   void stderr_main();
   void watchdog_main();
   void fail_all(const std::string& code, const std::string& message);
@@ -137,7 +127,7 @@ class AgentClient : public std::enable_shared_from_this<AgentClient> {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool launched_ = false;
-  std::string launch_error_;
+  std::exception_ptr launch_error_;  // what start threw
   bool dead_ = false;
   bool stopping_ = false;
   std::string death_reason_;

@@ -1,7 +1,7 @@
 // The bubblewrap command line of a sandbox, built as data: a list of
 // arguments that can be printed, logged and unit-tested before anything runs
 // (bubblewrap itself treats its mount setup the same way). The plan decides
-// what a sandbox sees; the code that runs it lives in agent_client.cpp.
+// what a sandbox sees; the code that runs it lives in launch.cpp.
 #pragma once
 
 #include <cstdint>

@@ -212,6 +212,11 @@ Delegation v2_delegation(const fs::path& dir, unsigned uid) {
   return d;
 }
 
+fs::path v1_controller_group(const std::string& controller) {
+  fs::path mount = mount_of(controller);
+  return mount.empty() ? mount : mount / fs::path(own_path(controller)).relative_path();
+}
+
 std::string cpu_quota_us(double cpus) {
   if (cpus <= 0) return "-1";
   // The kernel refuses quotas under 1 ms.

@@ -68,7 +68,7 @@ class Cgroup {
   Cgroup& operator=(const Cgroup&) = delete;
 
   // The cgroup.procs files a new process must write its pid to (in order)
-  // before it execs; see AgentClient.
+  // before it execs; see launch.h.
   const std::vector<std::string>& procs_files() const { return procs_files_; }
   bool limits_memory() const { return memory_; }
   bool limits_pids() const { return pids_; }
@@ -87,6 +87,10 @@ class Cgroup {
   bool pids_ = false;
   double cpu_quota_ = 0;
 };
+
+// This process's own group in the v1 hierarchy of `controller`
+// (<mount>/<path>), or empty where that controller is not mounted.
+std::filesystem::path v1_controller_group(const std::string& controller);
 
 // cgroup v1 cpu.cfs_quota_us for `cpus` CPUs over kCpuPeriodUs (-1: none),
 // and the v2 cpu.max line ("max 100000" when none).

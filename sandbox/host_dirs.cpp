@@ -15,6 +15,12 @@ namespace agentbox::sandbox {
 namespace fs = std::filesystem;
 using os::UniqueFd;
 
+void make_state_subdir(const fs::path& dir, mode_t mode) {
+  if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
+    throw SandboxError(codes::kSandboxStartFailed, os::errno_text("cannot create " + dir.string(), errno));
+  chmod(dir.c_str(), mode);
+}
+
 namespace {
 
 [[noreturn]] void fail(const std::string& what, int err) {

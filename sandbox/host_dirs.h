@@ -25,6 +25,10 @@ struct DirsSetup {
   std::vector<std::pair<std::string, std::string>> etc_files;  // name, content
 };
 
+// A directory of the state directory (sandboxes, snapshots, locks) with
+// exactly `mode`, made if absent. Throws SandboxError(SANDBOX_START_FAILED).
+void make_state_subdir(const std::filesystem::path& dir, mode_t mode);
+
 // Throws SandboxError(SANDBOX_START_FAILED) naming the entry when one is a
 // symlink or not a directory, or a call fails.
 void prepare_sandbox_dirs(const SandboxDirs& dirs, const DirsSetup& setup);

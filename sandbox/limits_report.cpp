@@ -32,16 +32,6 @@ json limits_json(const Limits& l, bool memory, bool pids, bool cpu, double cpus,
 
 }  // namespace
 
-bool Sandbox::cgroup_memory() const {
-  std::lock_guard lock(mutex_);
-  return cgroup_ && cgroup_->limits_memory();
-}
-
-bool Sandbox::cgroup_pids() const {
-  std::lock_guard lock(mutex_);
-  return cgroup_ && cgroup_->limits_pids();
-}
-
 json workspace_limit(const Disks& disks, const std::filesystem::path* dir) {
   bool held = disks.support().enabled && (!dir || disk_usage(*dir));
   if (!held)

@@ -3,7 +3,7 @@
 // Order of every step is what makes a crash harmless (docs/persistence.md):
 // the live directories are the truth until a complete snapshot is recorded
 // and the catalog says "stopped"; only then are they removed.
-#include "sandbox/manager.h"
+#include "sandbox/manager_impl.h"
 
 #include "persistence/recovery.h"
 
@@ -38,7 +38,7 @@ persistence::ArchiveProgressFn progress_adapter(const ProgressFn& progress, cons
 
 // A failure to write the state directory: NO_SPACE naming the filesystem and
 // what to free when the disk is full (docs/design.md section 8), else `code`.
-SandboxError Manager::state_error(const std::exception& e, const std::string& code, const std::string& what) const {
+SandboxError ManagerImpl::state_error(const std::exception& e, const std::string& code, const std::string& what) const {
   if (auto s = dynamic_cast<const SandboxError*>(&e)) return *s;
   if (!persistence::disk_full(e)) return SandboxError(code, what + ": " + e.what());
   struct statvfs fs{};
@@ -53,7 +53,7 @@ SandboxError Manager::state_error(const std::exception& e, const std::string& co
 
 // Opens the catalog, setting a damaged one aside first, and repairs what a
 // crash left (docs/persistence.md, "Crash safety and recovery").
-void Manager::open_catalog() {
+void ManagerImpl::open_catalog() {
   std::string damaged;
   try {
     damaged = persistence::set_aside_damaged_catalog(layout_);
@@ -69,7 +69,7 @@ void Manager::open_catalog() {
   for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
 }
 
-std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool claim_spare) {
+std::shared_ptr<ManagedSandbox> ManagerImpl::entry(const std::string& conversation, bool claim_spare) {
   std::lock_guard lock(mutex_);
   if (auto it = sandboxes_.find(conversation); it != sandboxes_.end()) return it->second;
   persistence::SandboxRecord record;
@@ -80,7 +80,7 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool cl
   std::unique_ptr<PreparedSandbox> claimed;
   try {
     record = catalog_->sandbox_for(conversation, [&] {
-      if (claim_spare) claimed = take_spare();
+      if (claim_spare) claimed = spares_->take();
       return claimed ? claimed->id : persistence::random_hex(12);
     });
   } catch (const persistence::CatalogError& e) {
@@ -89,14 +89,14 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool cl
   if (claimed && claimed->id != record.id) claimed.reset();  // another server created the row first
   // For a catalog rebuilt from disk (docs/persistence.md, "Crash safety").
   persistence::record_conversation(layout_, record.id, conversation);
-  auto sandbox = std::make_shared<Sandbox>();
+  auto sandbox = std::make_shared<ManagedSandbox>();
   sandbox->conversation_ = conversation;
   sandbox->id_ = record.id;
   sandbox->dirs_.root = layout_.sandbox(record.id);
   if (claimed) {
     // bwrap starts now, while the caller takes the lock and reads the
     // catalog; start_agent waits for the agent's hello.
-    claimed->release_gate();
+    claimed->box->release();
     claimed->claimed = true;
     sandbox->lock_ = std::move(claimed->lock);
     sandbox->prepared_ = std::move(claimed);
@@ -105,7 +105,7 @@ std::shared_ptr<Sandbox> Manager::entry(const std::string& conversation, bool cl
   return sandbox;
 }
 
-void Manager::take_lock(Sandbox& sandbox) {
+void ManagerImpl::take_lock(ManagedSandbox& sandbox) {
   if (sandbox.lock_.held()) {
     if (!sandbox.owner_recorded_) {
       try {
@@ -135,7 +135,7 @@ void Manager::take_lock(Sandbox& sandbox) {
   sandbox.owner_recorded_ = true;
 }
 
-void Manager::release_lock(Sandbox& sandbox) {
+void ManagerImpl::release_lock(ManagedSandbox& sandbox) {
   if (!sandbox.lock_.held()) return;
   sandbox.owner_recorded_ = false;
   try {
@@ -146,7 +146,7 @@ void Manager::release_lock(Sandbox& sandbox) {
   sandbox.lock_.release();
 }
 
-void Manager::save_sessions(Sandbox& sandbox, std::chrono::milliseconds timeout) {
+void ManagerImpl::save_sessions(ManagedSandbox& sandbox, std::chrono::milliseconds timeout) {
   auto client = sandbox.client();
   if (!client || !client->alive()) return;
   try {
@@ -162,7 +162,7 @@ void Manager::save_sessions(Sandbox& sandbox, std::chrono::milliseconds timeout)
   }
 }
 
-void Manager::record_lost_processes(Sandbox& sandbox) {
+void ManagerImpl::record_lost_processes(ManagedSandbox& sandbox) {
   auto client = sandbox.client();
   if (!client || !client->alive()) return;
   try {
@@ -180,7 +180,7 @@ void Manager::record_lost_processes(Sandbox& sandbox) {
 
 // A freshly started agent gets the sessions and the list of processes a
 // teardown ended back from the catalog.
-void Manager::bring_back(Sandbox& sandbox, const persistence::SandboxRecord& record) {
+void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record) {
   auto client = sandbox.client();
   auto sessions = catalog_->sessions(sandbox.id());
   try {
@@ -215,7 +215,7 @@ void Manager::bring_back(Sandbox& sandbox, const persistence::SandboxRecord& rec
   sandbox.sessions_saved_ = Clock::now();
 }
 
-std::string Manager::restore_locked(Sandbox& sandbox, const persistence::SnapshotRecord& snapshot,
+std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
                                     const ProgressFn& progress, const std::string& state_on_failure) {
   auto start = Clock::now();
   {
@@ -223,7 +223,7 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
     sandbox.phase_ = "restoring";
   }
   try {
-    disks_->ensure(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
+    driver_->ensure_storage(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
   } catch (...) {
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_.clear();
@@ -232,7 +232,7 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
   persistence::ExtractResult result;
   try {
     catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
-    result = store_->restore(snapshot, owner(sandbox), progress_adapter(progress, "restoring " + snapshot.id));
+    result = driver_->import_workspace(*store_, snapshot, owner(sandbox), progress_adapter(progress, "restoring " + snapshot.id));
   } catch (const std::exception& e) {
     try {
       catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
@@ -259,12 +259,12 @@ std::string Manager::restore_locked(Sandbox& sandbox, const persistence::Snapsho
          "teardown";
 }
 
-bool Manager::teardown(const std::string& conversation) {
+bool ManagerImpl::teardown(const std::string& conversation) {
   auto sandbox = find(conversation);
   return sandbox && teardown(sandbox);
 }
 
-bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
+bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
   std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
   if (!life.owns_lock() || !sandbox->running()) return false;
   {
@@ -302,7 +302,7 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
   stop(*sandbox);
   persistence::SnapshotRecord snapshot;
   try {
-    snapshot = store_->take(sandbox->id(), "", "idle");
+    snapshot = driver_->export_workspace(*store_, sandbox->id(), "", "idle");
     catalog_->set_state(sandbox->id(), "stopped");
   } catch (const std::exception& e) {
     {
@@ -314,7 +314,7 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
     }
     return give_up("snapshot", e);
   }
-  if (!disks_->drop_quietly(sandbox->dirs().root)) {  // its own filesystem goes whole (disk.h)
+  if (!driver_->drop_storage(sandbox->dirs().root)) {  // its own filesystem goes whole (disk.h)
     for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
       persistence::discard_dir(layout_, dir);
   }
@@ -335,7 +335,7 @@ bool Manager::teardown(const std::shared_ptr<Sandbox>& sandbox) {
   return true;
 }
 
-void Manager::idle_main() {
+void ManagerImpl::idle_main() {
   auto tick = options_.idle_timeout.count() > 0
                   ? std::clamp<std::chrono::milliseconds>(options_.idle_timeout / 4, std::chrono::milliseconds(20),
                                                           std::chrono::milliseconds(1000))
@@ -345,7 +345,7 @@ void Manager::idle_main() {
       std::unique_lock lock(idle_mutex_);
       if (idle_wake_.wait_for(lock, tick, [this] { return stopping_; })) return;
     }
-    std::vector<std::shared_ptr<Sandbox>> all;
+    std::vector<std::shared_ptr<ManagedSandbox>> all;
     {
       std::lock_guard lock(mutex_);
       for (const auto& [conversation, s] : sandboxes_) all.push_back(s);
@@ -374,7 +374,7 @@ void Manager::idle_main() {
 
 // One sandbox's idle check; nothing it throws may end the idle thread (an
 // uncaught error there ended the server, docs/design.md section 8).
-std::optional<std::string> Manager::idle_step(const std::shared_ptr<Sandbox>& sandbox, Clock::time_point last_used) {
+std::optional<std::string> ManagerImpl::idle_step(const std::shared_ptr<ManagedSandbox>& sandbox, Clock::time_point last_used) {
   try {
     auto idle = Clock::now() - last_used;
     if (options_.idle_timeout.count() <= 0 || idle < options_.idle_timeout) return std::nullopt;
@@ -397,7 +397,7 @@ std::optional<std::string> Manager::idle_step(const std::shared_ptr<Sandbox>& sa
 
 // The start of a sandbox the catalog holds as stopped (restore its snapshot)
 // or whose destroy another server left half done ("clearing": finish it).
-std::string Manager::resume_stopped(Sandbox& sandbox, const persistence::SandboxRecord& record,
+std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persistence::SandboxRecord& record,
                                     const ProgressFn& progress) {
   if (record.state == "clearing") {
     store_->finish_destroy(sandbox.id());
@@ -415,15 +415,15 @@ std::string Manager::resume_stopped(Sandbox& sandbox, const persistence::Sandbox
   return restore_locked(sandbox, *snapshot, progress, "stopped");
 }
 
-SnapshotInfo Manager::snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) {
+SnapshotInfo ManagerImpl::snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) {
   Lease lease = acquire(conversation, progress);
-  Sandbox& sandbox = lease.sandbox();
+  auto& sandbox = static_cast<ManagedSandbox&>(lease.sandbox());  // the manager makes no other kind
   std::lock_guard life(sandbox.lifecycle_);
   save_sessions(sandbox, std::chrono::seconds(2));
   auto start = Clock::now();
   SnapshotInfo info;
   try {
-    info.record = store_->take(sandbox.id(), label, "manual", progress_adapter(progress, "snapshot"));
+    info.record = driver_->export_workspace(*store_, sandbox.id(), label, "manual", progress_adapter(progress, "snapshot"));
   } catch (const std::exception& e) {
     throw state_error(e, codes::kSnapshotFailed, "could not snapshot the workspace");
   }
@@ -436,7 +436,7 @@ SnapshotInfo Manager::snapshot(const std::string& conversation, const std::strin
   return info;
 }
 
-SnapshotInfo Manager::restore(const std::string& conversation, const std::string& snapshot_id,
+SnapshotInfo ManagerImpl::restore(const std::string& conversation, const std::string& snapshot_id,
                               const ProgressFn& progress) {
   auto sandbox = entry(conversation);
   std::lock_guard life(sandbox->lifecycle_);
@@ -461,16 +461,16 @@ SnapshotInfo Manager::restore(const std::string& conversation, const std::string
   return {*snapshot, std::chrono::milliseconds(ms_since(start))};
 }
 
-std::vector<persistence::SnapshotRecord> Manager::snapshots(const std::string& conversation) {
+std::vector<persistence::SnapshotRecord> ManagerImpl::snapshots(const std::string& conversation) {
   auto record = catalog_->find_by_conversation(conversation);
   return record ? catalog_->snapshots(record->id) : std::vector<persistence::SnapshotRecord>{};
 }
 
-std::optional<persistence::SandboxRecord> Manager::record(const std::string& conversation) {
+std::optional<persistence::SandboxRecord> ManagerImpl::record(const std::string& conversation) {
   return catalog_->find_by_conversation(conversation);
 }
 
-bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
+bool ManagerImpl::destroy(const std::string& conversation, bool keep_snapshots) {
   if (!find(conversation) && !catalog_->find_by_conversation(conversation)) return false;
   auto sandbox = entry(conversation);
   std::lock_guard life(sandbox->lifecycle_);
@@ -482,7 +482,7 @@ bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
   // conversation; the next call starts empty, as after any destroy.
   try {
     fs::path root = sandbox->dirs().root;  // its own filesystem goes whole, once the catalog has the destroy
-    store_->destroy(sandbox->id(), keep_snapshots, [&](const std::string&) { return disks_->drop_quietly(root); });
+    store_->destroy(sandbox->id(), keep_snapshots, [&](const std::string&) { return driver_->drop_storage(root); });
   } catch (const std::exception& e) {
     // Re-read from the catalog on the next call: the old sandbox if the
     // destroy was not recorded, else a fresh one (recovery finishes it).
@@ -501,15 +501,15 @@ bool Manager::destroy(const std::string& conversation, bool keep_snapshots) {
   return true;
 }
 
-void Manager::shutdown() {
+void ManagerImpl::shutdown() {
   {
     std::lock_guard lock(idle_mutex_);
     stopping_ = true;
   }
   idle_wake_.notify_all();
   if (idle_thread_.joinable() && idle_thread_.get_id() != std::this_thread::get_id()) idle_thread_.join();
-  stop_spare();  // an unclaimed spare leaves nothing behind
-  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  spares_->stop();  // an unclaimed spare leaves nothing behind
+  std::map<std::string, std::shared_ptr<ManagedSandbox>> all;
   {
     std::lock_guard lock(mutex_);
     all.swap(sandboxes_);
@@ -523,12 +523,12 @@ void Manager::shutdown() {
       // The workspace stays on disk, "active" in the catalog: the next start adopts it.
       std::unique_lock life(sandbox->lifecycle_, std::try_to_lock);
       if (!life.owns_lock()) return;
-      disks_->unmount_quietly(sandbox->dirs().root);  // the image stays; the next start mounts it
+      driver_->detach_storage(sandbox->dirs().root);  // the image stays; the next start mounts it
       release_lock(*sandbox);
     }));
   }
   for (auto& f : stops) f.wait();
-  disks_->unmount_idle(layout_.sandboxes(), [this](const std::string& id) { return layout_.lock(id); });
+  driver_->detach_idle_storage();
 }
 
 }  // namespace agentbox::sandbox

@@ -10,7 +10,7 @@
 // live directories are gone (torn down at idle, or destroyed keeping its
 // snapshots) gets a pair of its own at its next start or restore, since a
 // restore unpacks as the new owner.
-#include "sandbox/manager.h"
+#include "sandbox/manager_impl.h"
 #include "sandbox/uid_range.h"
 
 #include <spdlog/spdlog.h>
@@ -19,7 +19,7 @@
 
 namespace agentbox::sandbox {
 
-void Manager::check_uid_range() {
+void ManagerImpl::check_uid_range() {
   if (!root_) return;
   ChosenRange chosen = options_.uid_range ? ChosenRange{*options_.uid_range, "--uid-range"} : default_uid_range();
   uid_range_ = chosen.range;
@@ -34,7 +34,7 @@ void Manager::check_uid_range() {
   spdlog::info("sandboxes run as host {} ({}), one pair each", describe(uid_range_), chosen.source);
 }
 
-void Manager::assign_owner(const std::string& id, SandboxDirs& dirs) {
+void ManagerImpl::assign_owner(const std::string& id, SandboxDirs& dirs) {
   if (!root_) return;
   bool files = false;
   for (const auto& dir : {dirs.workspace(), dirs.home(), dirs.tmp()}) {
@@ -50,7 +50,7 @@ void Manager::assign_owner(const std::string& id, SandboxDirs& dirs) {
   dirs.owner = std::make_pair(ids.uid, ids.gid);
 }
 
-void Manager::assign_spare_owner(PreparedSandbox& spare) {
+void ManagerImpl::assign_spare_owner(PreparedSandbox& spare) {
   if (!root_) return;
   // Set first: a spare whose preparation fails half-way is destroyed, and
   // gives the ids back once its directories are gone.
@@ -64,7 +64,7 @@ void Manager::assign_spare_owner(PreparedSandbox& spare) {
   assign_owner(spare.id, spare.dirs);
 }
 
-std::optional<std::pair<unsigned, unsigned>> Manager::owner(Sandbox& sandbox) {
+std::optional<std::pair<unsigned, unsigned>> ManagerImpl::owner(ManagedSandbox& sandbox) {
   assign_owner(sandbox.id_, sandbox.dirs_);
   return sandbox.dirs_.owner;
 }

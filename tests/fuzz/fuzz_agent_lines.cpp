@@ -43,8 +43,7 @@ void feed(const std::string& input) {
   std::ofstream(input_file(), std::ios::binary | std::ios::trunc) << input;
   LaunchSpec spec;
   spec.argv = {"/bin/sh", "-c", "read first; exec cat \"$0\"", input_file()};
-  spec.name = "fuzz";
-  auto client = AgentClient::launch(std::move(spec));
+  auto client = AgentClient::attach([&spec] { return agentbox::sandbox::launch(spec); }, "fuzz");
 
   constexpr int kCalls = 3;
   std::atomic<int> answered{0};

@@ -137,7 +137,12 @@ TEST_CASE("sandboxes started at once each get their own directories; nothing of 
   std::ifstream mountinfo("/proc/self/mountinfo");
   for (std::string line; std::getline(mountinfo, line);) CHECK(line.find(kStagingDir) == std::string::npos);
   // The server keeps no descriptor into any sandbox's directories, nor does
-  // bwrap outside the sandbox (its monitor, the client's pid).
+  // bwrap outside the sandbox (its monitor, the client's pid). Claiming the
+  // spare made the manager prepare the next one, which holds descriptors of
+  // its new directories while it makes them: wait until it is ready (under
+  // load the check otherwise caught those, state_dir_test.cpp flaked).
+  for (int i = 0; i < 100 && m.spare_state() != "prepared"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(m.spare_state() == "prepared");
   fs::path sandboxes = h.state_dir / "sandboxes";
   CHECK(under(fd_targets("self"), sandboxes).empty());
   for (const std::string c : {"c0", "c1", "c2", "c3", "from-spare"}) {

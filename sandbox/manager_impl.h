@@ -1,0 +1,124 @@
+// The manager's private state (manager.h is its public face): the map of
+// conversations to sandboxes, the per-sandbox bookkeeping, the idle thread,
+// the spare pool and the driver that runs the boxes. Included only by
+// manager*.cpp. Lock order: a sandbox's lifecycle_, then ManagerImpl::mutex_
+// (never held while a sandbox starts), then a sandbox's mutex_.
+#pragma once
+
+#include "persistence/sandbox_lock.h"
+#include "sandbox/driver.h"
+#include "sandbox/manager.h"
+#include "sandbox/spare_pool.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace agentbox::sandbox {
+
+// A sandbox with the manager's bookkeeping of it.
+class ManagedSandbox final : public Sandbox {
+ public:
+  std::string state() const override;
+  std::shared_ptr<AgentClient> client() const override;
+  double cpu_quota() const override;
+  bool cgroup_memory() const override;
+  bool cgroup_pids() const override;
+
+  bool running() const;  // the agent is alive
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<AgentClient> client_;
+  std::unique_ptr<Box> box_;  // what the driver runs; null once stopped
+  std::chrono::steady_clock::time_point last_used_;
+  int in_use_ = 0;
+  // Held while starting, snapshotting, restoring or tearing down; taken
+  // before mutex_ (never the other way).
+  std::mutex lifecycle_;
+  std::string phase_;  // "starting", "snapshotting" or "restoring" while that runs; guarded by mutex_
+  bool torn_down_ = false;  // stopped by an idle teardown (restore on next call); guarded by mutex_
+  std::string kept_live_;  // why the last idle teardown kept the live workspace; guarded by mutex_
+  persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
+  std::chrono::steady_clock::time_point sessions_saved_;
+  std::shared_ptr<AgentClient> previous_client_;  // outlives a restart, for leases still holding it
+  std::unique_ptr<PreparedSandbox> prepared_;  // claimed when the conversation was new; used by its first start
+  bool owner_recorded_ = false;  // catalog owner_pid set for the lock held; guarded by lifecycle_
+
+  friend class ManagerImpl;
+};
+
+class ManagerImpl {
+ public:
+  explicit ManagerImpl(ManagerOptions options);
+  ~ManagerImpl();
+
+  // Manager's public calls (manager.h says what they do).
+  Lease acquire(const std::string& conversation, const ProgressFn& progress);
+  std::optional<Lease> try_acquire(const std::string& conversation);
+  std::shared_ptr<ManagedSandbox> find(const std::string& conversation);
+  bool destroy(const std::string& conversation, bool keep_snapshots);
+  void shutdown();
+  SnapshotInfo snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress);
+  SnapshotInfo restore(const std::string& conversation, const std::string& snapshot_id, const ProgressFn& progress);
+  std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation);
+  std::optional<persistence::SandboxRecord> record(const std::string& conversation);
+  bool teardown(const std::string& conversation);
+  std::size_t running() const;
+
+  // Starts the sandbox's agent on its directories; the caller holds its
+  // lifecycle_, not mutex_.
+  void start_agent(ManagedSandbox& sandbox);
+  // A spare (ManagerOptions::spare) built on the pool's thread.
+  std::unique_ptr<PreparedSandbox> build_spare(bool warm);
+  // Sandboxes active or starting, besides `starting`.
+  std::size_t running_locked(const ManagedSandbox& starting) const;
+  // The least recently used idle sandbox to stop so that one more may start
+  // (at most max_sandboxes active or starting), or null.
+  std::shared_ptr<ManagedSandbox> pick_eviction_locked(const ManagedSandbox& starting);
+  void stop(ManagedSandbox& sandbox);
+  // Stops a sandbox picked to make room, unless a call took it in the
+  // meantime (then the cap is exceeded until that call ends).
+  void evict(ManagedSandbox& sandbox);
+  std::shared_ptr<ManagedSandbox> entry(const std::string& conversation, bool claim_spare = false);
+  void take_lock(ManagedSandbox& sandbox);
+  void release_lock(ManagedSandbox& sandbox);
+  void save_sessions(ManagedSandbox& sandbox, std::chrono::milliseconds timeout);
+  void bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record);
+  std::string restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
+                             const ProgressFn& progress, const std::string& state_on_failure);
+  void record_lost_processes(ManagedSandbox& sandbox);
+  bool teardown(const std::shared_ptr<ManagedSandbox>& sandbox);
+  void idle_main();
+  std::optional<std::string> idle_step(const std::shared_ptr<ManagedSandbox>& sandbox,
+                                       std::chrono::steady_clock::time_point last_used);
+  void open_catalog();
+  std::string resume_stopped(ManagedSandbox& sandbox, const persistence::SandboxRecord& record,
+                             const ProgressFn& progress);
+  SandboxError state_error(const std::exception& e, const std::string& code, const std::string& what) const;
+  // As root, the sandbox's host ids from the catalog (allocated on first
+  // use; manager_uids.cpp) into dirs.owner; the owner restored files get.
+  void check_uid_range();
+  void assign_owner(const std::string& id, SandboxDirs& dirs);
+  void assign_spare_owner(PreparedSandbox& spare);
+  std::optional<std::pair<unsigned, unsigned>> owner(ManagedSandbox& sandbox);
+
+  ManagerOptions options_;
+  bool root_ = false;
+  persistence::IdRange uid_range_;  // root only
+  persistence::StateLayout layout_;
+  std::unique_ptr<Driver> driver_;
+  mutable std::mutex mutex_;  // guards sandboxes_; never held while a sandbox starts
+  std::map<std::string, std::shared_ptr<ManagedSandbox>> sandboxes_;
+  std::unique_ptr<persistence::Catalog> catalog_;
+  std::unique_ptr<persistence::SnapshotStore> store_;
+  std::mutex idle_mutex_;
+  std::condition_variable idle_wake_;
+  bool stopping_ = false;  // guarded by idle_mutex_
+  // Sandboxes whose idle teardown failed (a full disk): not retried before then.
+  std::map<std::string, std::chrono::steady_clock::time_point> idle_backoff_;  // guarded by idle_mutex_
+  std::thread idle_thread_;
+  std::unique_ptr<SparePool> spares_;  // last member: its thread builds with the ones above
+};
+
+}  // namespace agentbox::sandbox
