@@ -16,6 +16,7 @@
 #include <thread>
 #include <unistd.h>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 namespace fs = std::filesystem;
 namespace persistence = agentbox::persistence;

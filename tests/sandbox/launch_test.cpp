@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <unistd.h>
 
+using namespace agentbox;
 using namespace agentbox::sandbox;
 
 TEST_CASE("launch of a missing program returns the child's ENOENT through the pipe", "[launch]") {
