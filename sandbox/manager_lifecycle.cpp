@@ -63,7 +63,9 @@ void ManagerImpl::open_catalog() {
   }
   if (!damaged.empty()) spdlog::error("recovery: {}", damaged);
   store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_, options_.snapshot_timeout);
-  auto report = persistence::recover(layout_, *catalog_, !damaged.empty());
+  // With the driver's hooks: a sandbox recovery discards (a destroy it
+  // finishes, leftovers) loses its own filesystem too, not just the files.
+  auto report = persistence::recover(layout_, *catalog_, !damaged.empty(), recovery_hooks(driver_->disks(), layout_));
   for (const auto& line : report.failed) spdlog::error("recovery: could not repair {} (retried at the next start)", line);
   for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
   for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);

@@ -7,6 +7,8 @@
 #include "fixture.h"
 
 #include "contract/errors.h"
+#include "persistence/catalog.h"
+#include "persistence/recovery.h"
 
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -162,4 +164,32 @@ TEST_CASE("a server's shutdown unmounts the images it mounted at start and never
   f.manager.reset();
   CHECK_FALSE(disk_usage(root));  // no mount is left behind for a sandbox no one drives
   CHECK(fs::exists(root.parent_path().parent_path() / "disks" / (root.filename().string() + ".img")));
+}
+
+// A server killed after a destroy's tombstone (Catalog::begin_destroy) and
+// before the image went: the next server's recovery finishes the destroy,
+// and that includes the sandbox's own filesystem (disk.h recovery_hooks).
+TEST_CASE("recovery that finishes a destroy drops the sandbox's image too") {
+  SandboxFixture f(small_disk());
+  f.exec("echo x > /workspace/f");
+  if (!limited(f)) return;
+  auto sandbox = f.manager->find("test");
+  fs::path root = sandbox->dirs().root;
+  std::string id = sandbox->id();
+  fs::path image = f.manager->disks().image(root);
+  ManagerOptions again = small_disk();
+  again.state_dir = f.state_dir;
+  again.agent_binary = f.manager->options().agent_binary;
+  again.agent_args = f.manager->options().agent_args;
+  f.manager.reset();
+  {
+    persistence::Catalog catalog(persistence::StateLayout{f.state_dir}.catalog());
+    catalog.begin_destroy(id, false);  // where the killed server stopped
+  }
+  REQUIRE(fs::exists(image));
+  f.manager = std::make_unique<Manager>(again);  // recovery runs in the constructor
+  CHECK_FALSE(f.manager->record("test"));
+  CHECK_FALSE(disk_usage(root));
+  CHECK_FALSE(fs::exists(image));
+  CHECK_FALSE(fs::exists(root));
 }
