@@ -43,6 +43,21 @@ struct SnapshotDone {
   std::chrono::milliseconds duration{0};
 };
 
+// A conversation's sandbox as this server runs it (SandboxView::running).
+// Outside SandboxView: clang 14 cannot default-construct a nested struct with
+// member initializers inside std::optional before the enclosing class ends.
+struct SandboxRunning {
+  std::string state;  // docs/design.md section 8 vocabulary
+  std::uint64_t workspace_bytes = 0;  // 0 when stopped (its live directories are gone)
+  // Its own filesystem (disk.h): the limit and the inodes used.
+  std::optional<std::uint64_t> disk_limit_bytes;
+  std::uint64_t disk_inodes = 0;
+  json limits;  // when active: the limits its cgroup took
+  // Asks its agent for {sessions, processes}; empty when the agent is not
+  // alive. Throws SandboxError.
+  std::function<json()> agent_status;
+};
+
 // What is known of a conversation's sandbox without starting or restoring
 // it: the catalog's record, and what this server runs.
 struct SandboxView {
@@ -52,19 +67,8 @@ struct SandboxView {
   std::optional<persistence::SnapshotRecord> last_snapshot;
   DiskSupport disks;  // whether sandboxes get their own filesystem, or why not
   json limits;        // which limits a sandbox started now gets, and how they hold (limits_report.h)
-  // Set when the sandbox runs in this server.
-  struct Running {
-    std::string state;  // docs/design.md section 8 vocabulary
-    std::uint64_t workspace_bytes = 0;  // 0 when stopped (its live directories are gone)
-    // Its own filesystem (disk.h): the limit and the inodes used.
-    std::optional<std::uint64_t> disk_limit_bytes;
-    std::uint64_t disk_inodes = 0;
-    json limits;  // when active: the limits its cgroup took
-    // Asks its agent for {sessions, processes}; empty when the agent is not
-    // alive. Throws SandboxError.
-    std::function<json()> agent_status;
-  };
-  std::optional<Running> running;
+  using Running = SandboxRunning;
+  std::optional<Running> running;  // set when the sandbox runs in this server
 };
 
 // What sandbox_destroy did.
