@@ -1,14 +1,14 @@
 #include "app/doctor.h"
 
+#include "agent/seccomp.h"
+#include "contract/errors.h"
 #include "persistence/recovery.h"
 #include "persistence/store.h"
 #include "sandbox/cgroups.h"
 #include "sandbox/disk.h"
-#include "contract/errors.h"
 #include "sandbox/limits_report.h"
 #include "sandbox/manager.h"
 #include "sandbox/run_capture.h"
-#include "agent/seccomp.h"
 #include "sandbox/uid_range.h"
 
 #include <cstdio>
@@ -76,12 +76,6 @@ DoctorCheck check_userns(const DoctorOptions& o) {
     hint = " This looks like a container: allow user namespaces (e.g. docker run --security-opt seccomp=unconfined "
            "--security-opt apparmor=unconfined) or run agentbox on the host.";
   return {"user namespaces", Level::Fail, "bwrap cannot create a user namespace: " + err + "." + hint};
-}
-
-std::string cpus_text(double cpus) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", cpus);
-  return std::string(buf) + (cpus == 1 ? " CPU" : " CPUs");
 }
 
 DoctorCheck check_seccomp() {

@@ -30,17 +30,10 @@ bool write_file(const fs::path& path, const std::string& value, std::string* why
   return true;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // This process's cgroup path in the v1 hierarchy of controller, or (empty
 // controller) in the v2 one.
 std::string own_path(const std::string& controller) {
-  ProcCgroup own = parse_proc_cgroup(read_file("/proc/self/cgroup"));
+  ProcCgroup own = parse_proc_cgroup(read_control_file("/proc/self/cgroup"));
   if (controller.empty()) return own.unified.value_or("");
   auto it = own.v1.find(controller);
   return it == own.v1.end() ? std::string() : it->second;
@@ -102,7 +95,7 @@ CgroupSupport detect_v2(const fs::path& mount) {
                "`systemd-run --user --scope -p Delegate=yes agentbox serve`";
     return s;
   }
-  std::string controllers = read_file((geteuid() == 0 ? mount : own) / "cgroup.controllers");
+  std::string controllers = read_control_file((geteuid() == 0 ? mount : own) / "cgroup.controllers");
   s.has_memory = controllers.find("memory") != std::string::npos;
   s.has_pids = controllers.find("pids") != std::string::npos;
   // A v2 group that has processes may not hand controllers to children (the
@@ -166,6 +159,13 @@ bool has_word(const std::string& list, const std::string& word) {
 
 }  // namespace
 
+std::string read_control_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 ProcCgroup parse_proc_cgroup(const std::string& text) {
   ProcCgroup out;
   std::stringstream in(text);
@@ -190,7 +190,7 @@ Delegation v2_delegation(const fs::path& dir, unsigned uid) {
     d.why = os::errno_text("stat " + dir.string(), errno);
     return d;
   }
-  std::string controllers = read_file(dir / "cgroup.controllers");
+  std::string controllers = read_control_file(dir / "cgroup.controllers");
   d.memory = has_word(controllers, "memory");
   d.pids = has_word(controllers, "pids");
   d.cpu = has_word(controllers, "cpu");
@@ -240,7 +240,7 @@ CgroupSupport detect_cgroups() {
   // Prefer v2 when it carries the controllers; a hybrid host (v1 controllers
   // plus an empty unified mount, like this project's CI) uses v1.
   if (!v2.empty()) {
-    std::string controllers = read_file(v2 / "cgroup.controllers");
+    std::string controllers = read_control_file(v2 / "cgroup.controllers");
     if (controllers.find("memory") != std::string::npos || controllers.find("pids") != std::string::npos)
       return detect_v2(v2);
   }

@@ -32,6 +32,9 @@ struct CgroupSupport {
   std::string version_name() const;
 };
 
+// The whole text of a cgroup (or /proc) control file; empty when unreadable.
+std::string read_control_file(const std::filesystem::path& path);
+
 // /proc/self/cgroup parsed: the cgroup v2 path ("0::path") and each v1
 // controller's path ("id:memory,...:path").
 struct ProcCgroup {

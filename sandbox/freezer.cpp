@@ -1,7 +1,7 @@
 #include "sandbox/freezer.h"
 
-#include "os/errno_text.h"
 #include "contract/errors.h"
+#include "os/errno_text.h"
 
 #include <cerrno>
 #include <chrono>
@@ -9,7 +9,6 @@
 #include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -28,13 +27,6 @@ std::string write_value(const fs::path& path, const std::string& value) {
   int err = errno;
   close(fd);
   return ok ? "" : os::errno_text("write " + value + " to " + path.string(), err);
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::set<pid_t> read_pids(const fs::path& procs) {
@@ -90,7 +82,7 @@ FreezeResult Freezer::set(bool freeze) {
     fs::path dir = fs::path(group_->procs_files().front()).parent_path();
     if (std::string why = write_value(dir / "cgroup.freeze", freeze ? "1" : "0"); !why.empty()) return {false, why};
     std::string want = freeze ? "frozen 1" : "frozen 0";
-    if (!wait_for([&] { return read_text(dir / "cgroup.events").find(want) != std::string::npos; }))
+    if (!wait_for([&] { return read_control_file(dir / "cgroup.events").find(want) != std::string::npos; }))
       return {false, dir.string() + "/cgroup.events never said " + want};
     frozen_ = freeze;
     return {true, ""};
@@ -120,7 +112,7 @@ FreezeResult Freezer::set(bool freeze) {
   }
   const char* want = freeze ? "FROZEN" : "THAWED";
   if (std::string why = write_value(v1_group_ / "freezer.state", want); !why.empty()) return {false, why};
-  if (!wait_for([&] { return read_text(v1_group_ / "freezer.state").rfind(want, 0) == 0; }))
+  if (!wait_for([&] { return read_control_file(v1_group_ / "freezer.state").rfind(want, 0) == 0; }))
     return {false, v1_group_.string() + "/freezer.state never said " + want};
   frozen_ = freeze;
   return {true, ""};

@@ -10,14 +10,6 @@ namespace agentbox::sandbox {
 
 namespace {
 
-std::string bytes_text(std::uint64_t bytes) {
-  char buf[32];
-  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0) std::snprintf(buf, sizeof buf, "%llu GiB", (unsigned long long)(bytes >> 30));
-  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / double(1 << 20));
-  else std::snprintf(buf, sizeof buf, "%llu bytes", (unsigned long long)bytes);
-  return buf;
-}
-
 std::string cpu_enforced(bool cpu_controller, double quota) {
   return !cpu_controller ? "none" : quota > 0 ? "cgroup" : "weight";
 }
@@ -31,6 +23,12 @@ json limits_json(const Limits& l, bool memory, bool pids, bool cpu, double cpus,
 }
 
 }  // namespace
+
+std::string cpus_text(double cpus) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", cpus);
+  return std::string(buf) + (cpus == 1 ? " CPU" : " CPUs");
+}
 
 json workspace_limit(const Disks& disks, const std::filesystem::path* dir) {
   bool held = disks.support().enabled && (!dir || disk_usage(*dir));
@@ -57,20 +55,18 @@ bool limits_all_held(const CgroupSupport& s) { return s.writable && s.has_memory
 
 std::vector<std::string> limits_lines(const CgroupSupport& s, const Limits& l, const Disks* disks) {
   bool memory = s.writable && s.has_memory, pids = s.writable && s.has_pids, cpu = s.writable && s.has_cpu;
-  char cpus[32];
-  std::snprintf(cpus, sizeof cpus, "%g", l.cpus);
   std::vector<std::string> lines;
-  lines.push_back(memory ? "memory: " + bytes_text(l.memory_bytes) + " per sandbox (memory cgroup)"
-                         : "memory: per process only (RLIMIT_DATA " + bytes_text(l.memory_bytes) +
+  lines.push_back(memory ? "memory: " + size_text(l.memory_bytes) + " per sandbox (memory cgroup)"
+                         : "memory: per process only (RLIMIT_DATA " + size_text(l.memory_bytes) +
                                " each; a sandbox's processes together are not capped)");
   lines.push_back(!cpu        ? "CPU: not capped (no cgroup cpu controller; RLIMIT_CPU counts one process's CPU "
                                 "seconds, not a share, and is not set)"
-                  : l.cpus > 0 ? "CPU: " + std::string(cpus) + (l.cpus == 1 ? " CPU" : " CPUs") + " per sandbox (cgroup quota), weighted fairly"
+                  : l.cpus > 0 ? "CPU: " + cpus_text(l.cpus) + " per sandbox (cgroup quota), weighted fairly"
                                : "CPU: weighted fairly between sandboxes, no quota (--cpus 0)");
   lines.push_back(pids ? "processes: " + std::to_string(l.max_processes) + " per sandbox (pids cgroup)"
                        : "processes: RLIMIT_NPROC " + std::to_string(l.max_processes) +
                              ", counted over every process of the host uid the sandbox runs as, not per sandbox");
-  lines.push_back("tmpfs: /dev/shm and /run " + bytes_text(l.tmpfs_bytes) + " each (--tmpfs-size), " +
+  lines.push_back("tmpfs: /dev/shm and /run " + size_text(l.tmpfs_bytes) + " each (--tmpfs-size), " +
                   (memory ? "counted in the sandbox's memory cgroup" : "counted in no memory limit"));
   if (disks)
     lines.push_back(disks->support().enabled

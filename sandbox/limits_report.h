@@ -23,6 +23,9 @@ json sandbox_limits(const Manager& manager, const Sandbox* sandbox);
 // new sandbox gets.
 json workspace_limit(const Disks& disks, const std::filesystem::path* dir);
 
+// "1 CPU", "1.5 CPUs": a CPU count for messages.
+std::string cpus_text(double cpus);
+
 // One line per limit, in plain words: what holds, and what does not and why;
 // the workspace's too when disks is given (doctor checks it on its own).
 std::vector<std::string> limits_lines(const CgroupSupport& support, const Limits& limits, const Disks* disks);
