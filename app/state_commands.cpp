@@ -189,7 +189,7 @@ int snapshot_restore(State& st, const Args& args) {
   if (!before)
     throw std::runtime_error("snapshot " + s.id + " belongs to sandbox " + s.sandbox +
                              ", which the catalog no longer has; unpack it with --to DIR");
-  st.catalog->set_state(s.sandbox, "restoring", s.id);
+  st.catalog->set_state(s.sandbox, SandboxState::Restoring, s.id);
   SnapshotStore store(st.layout, *st.catalog);
   try {
     store.restore(s, sandbox_owner(*st.catalog, st.layout, s.sandbox), progress_bar("restoring"));
@@ -197,11 +197,11 @@ int snapshot_restore(State& st, const Args& args) {
     // A failed restore touches nothing live, so the sandbox is as it was.
     // Not "stopped": that would make the next server's recovery delete live
     // directories newer than any snapshot, then retry this archive.
-    st.catalog->set_state(s.sandbox, before->state, before->restore_snapshot);
+    st.catalog->put_back_state(*before);
     throw;
   }
   end_bar();
-  st.catalog->set_state(s.sandbox, "active");
+  st.catalog->set_state(s.sandbox, SandboxState::Active);
   std::printf("sandbox %s now holds snapshot %s; its next call starts on it\n", s.sandbox.c_str(), s.id.c_str());
   return 0;
 }
@@ -241,10 +241,11 @@ struct ShownState {
 // for a workspace a server left on disk when it exited. A sandbox no server
 // drives runs nothing, so it is stopped, whatever step a crash cut short.
 ShownState shown_state(const SandboxRecord& sb, bool driven) {
-  if (driven) return {sb.state == "none" ? "starting" : sb.state, ""};
-  if (sb.state == "none") return {"none", ""};
-  if (sb.state == "active" || sb.state == "stopped") return {"stopped", ""};
-  return {"stopped", "sandbox " + sb.id + ": a server ended while it was " + sb.state +
+  using enum SandboxState;
+  if (driven) return {sb.state == None ? std::string(state_name(Starting)) : stored_state(sb), ""};
+  if (sb.state == None) return {std::string(state_name(None)), ""};
+  if (sb.state == Active || sb.state == Stopped) return {std::string(state_name(Stopped)), ""};
+  return {std::string(state_name(Stopped)), "sandbox " + sb.id + ": a server ended while it was " + stored_state(sb) +
                          "; the next server to start on this state directory recovers it"};
 }
 

@@ -111,8 +111,18 @@ constexpr const char* kSandboxColumns =
     "s.id, c.id, s.state, s.created_at, s.updated_at, s.owner_pid, s.restore_snapshot, s.lost_processes FROM sandboxes s "
     "LEFT JOIN conversations c ON c.sandbox_id = s.id";
 
+// The text a state is stored as (sandbox_state.h); the catalog stores no
+// guess for a state it could not read.
+std::string stored_text(SandboxState state) {
+  if (state == SandboxState::Unknown) throw std::invalid_argument("catalog: no text to store for an unknown state");
+  return std::string(state_name(state));
+}
+
 SandboxRecord read_sandbox(const Statement& st) {
-  return {st.text(0), st.text(1), st.text(2), st.text(3), st.text(4), st.integer(5), st.text(6), st.text(7)};
+  std::string state = st.text(2);
+  SandboxRecord r{st.text(0), st.text(1), parse_state(state), st.text(3), st.text(4), st.integer(5), st.text(6), st.text(7)};
+  if (r.state == SandboxState::Unknown) r.unknown_state = std::move(state);
+  return r;
 }
 
 constexpr const char* kSnapshotColumns =
@@ -231,11 +241,11 @@ SandboxRecord Catalog::sandbox_for(const std::string& conversation, const std::f
   return transaction([&] {
     if (auto existing = find_by_conversation(conversation)) return *existing;
     std::string id = new_id(), now = iso_now();
-    Statement(db_, "INSERT INTO sandboxes (id, state, created_at, updated_at) VALUES (?, 'none', ?, ?)")
-        .bind(1, id).bind(2, now).bind(3, now).run();
+    Statement(db_, "INSERT INTO sandboxes (id, state, created_at, updated_at) VALUES (?, ?, ?, ?)")
+        .bind(1, id).bind(2, stored_text(SandboxState::None)).bind(3, now).bind(4, now).run();
     Statement(db_, "INSERT INTO conversations (id, sandbox_id, created_at) VALUES (?, ?, ?)")
         .bind(1, conversation).bind(2, id).bind(3, now).run();
-    return SandboxRecord{id, conversation, "none", now, now, 0, "", "[]"};
+    return SandboxRecord{id, conversation, SandboxState::None, now, now, 0, "", "[]"};
   });
 }
 
@@ -263,10 +273,21 @@ std::vector<SandboxRecord> Catalog::sandboxes() {
   return out;
 }
 
-void Catalog::set_state(const std::string& sandbox, const std::string& state, const std::string& restore_snapshot) {
+std::string stored_state(const SandboxRecord& record) {
+  return record.state == SandboxState::Unknown ? record.unknown_state : std::string(state_name(record.state));
+}
+
+void Catalog::set_state(const std::string& sandbox, SandboxState state, const std::string& restore_snapshot) {
+  std::string text = stored_text(state);
   std::lock_guard lock(mutex_);
   Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = ?, updated_at = ? WHERE id = ?")
-      .bind(1, state).bind(2, restore_snapshot).bind(3, iso_now()).bind(4, sandbox).run();
+      .bind(1, text).bind(2, restore_snapshot).bind(3, iso_now()).bind(4, sandbox).run();
+}
+
+void Catalog::put_back_state(const SandboxRecord& before) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = ?, updated_at = ? WHERE id = ?")
+      .bind(1, stored_state(before)).bind(2, before.restore_snapshot).bind(3, iso_now()).bind(4, before.id).run();
 }
 
 void Catalog::set_owner(const std::string& sandbox, std::int64_t pid) {
@@ -294,14 +315,16 @@ void Catalog::begin_destroy(const std::string& sandbox, bool keep_snapshots) {
     if (!keep_snapshots) Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = '', lost_processes = '[]', updated_at = ? "
                    "WHERE id = ?")
-        .bind(1, std::string(keep_snapshots ? "clearing" : "destroying")).bind(2, iso_now()).bind(3, sandbox).run();
+        .bind(1, stored_text(keep_snapshots ? SandboxState::Clearing : SandboxState::Destroying))
+        .bind(2, iso_now()).bind(3, sandbox).run();
   });
 }
 
 void Catalog::drop_destroyed(const std::string& sandbox) {
   transaction([&] {
     Statement(db_, "DELETE FROM snapshots WHERE sandbox_id = ?").bind(1, sandbox).run();
-    Statement(db_, "DELETE FROM sandboxes WHERE id = ? AND state = 'destroying'").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM sandboxes WHERE id = ? AND state = ?")
+        .bind(1, sandbox).bind(2, stored_text(SandboxState::Destroying)).run();
     // Its host ids go with its row, once its files are gone (uids are never
     // reused while files they own exist: docs/design.md section 8).
     Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ? AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)")
@@ -309,11 +332,11 @@ void Catalog::drop_destroyed(const std::string& sandbox) {
   });
 }
 
-void Catalog::adopt_sandbox(const std::string& sandbox, const std::string& conversation, const std::string& state) {
+void Catalog::adopt_sandbox(const std::string& sandbox, const std::string& conversation, SandboxState state) {
   transaction([&] {
     std::string now = iso_now();
     Statement(db_, "INSERT INTO sandboxes (id, state, created_at, updated_at) VALUES (?, ?, ?, ?)")
-        .bind(1, sandbox).bind(2, state).bind(3, now).bind(4, now).run();
+        .bind(1, sandbox).bind(2, stored_text(state)).bind(3, now).bind(4, now).run();
     if (!conversation.empty())
       Statement(db_, "INSERT OR IGNORE INTO conversations (id, sandbox_id, created_at) VALUES (?, ?, ?)")
           .bind(1, conversation).bind(2, sandbox).bind(3, now).run();

@@ -8,6 +8,8 @@
 // Knows nothing about sandboxes' processes or MCP: it stores rows.
 #pragma once
 
+#include "persistence/sandbox_state.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -32,14 +34,14 @@ class CatalogError : public std::runtime_error {
   int code_;
 };
 
-// Sandbox lifecycle states as stored (docs/design.md section 8 vocabulary). What a
-// crash leaves is read by recovery: "active" means the live directories are
-// the truth; "stopped" means the latest complete snapshot is (the live
-// directories, if any, hold nothing newer and may be discarded).
+// A sandbox's row. Its state (sandbox_state.h) is what a crash leaves for
+// recovery: Active means the live directories are the truth; Stopped means
+// the latest complete snapshot is (the live directories, if any, hold
+// nothing newer and may be discarded).
 struct SandboxRecord {
   std::string id;
   std::string conversation;
-  std::string state;
+  SandboxState state = SandboxState::None;
   std::string created_at;
   std::string updated_at;
   std::int64_t owner_pid = 0;  // the server driving it, 0 when none (informational; the lock decides)
@@ -48,7 +50,13 @@ struct SandboxRecord {
   std::string restore_snapshot;
   // JSON array of the background processes the last teardown ended.
   std::string lost_processes = "[]";
+  // The stored text when state is Unknown (written by another version):
+  // shown as stored, and what put_back_state writes back.
+  std::string unknown_state;
 };
+
+// The state's text as stored: state_name, or unknown_state for Unknown.
+std::string stored_state(const SandboxRecord& record);
 
 struct SessionRecord {
   std::string name;
@@ -109,7 +117,10 @@ class Catalog {
   std::optional<SandboxRecord> find_by_conversation(const std::string& conversation);
   std::optional<SandboxRecord> find_sandbox(const std::string& id);
   std::vector<SandboxRecord> sandboxes();
-  void set_state(const std::string& sandbox, const std::string& state, const std::string& restore_snapshot = "");
+  void set_state(const std::string& sandbox, SandboxState state, const std::string& restore_snapshot = "");
+  // Writes back the state and restore target `before` was read with (the
+  // stored text of a state this build does not know included).
+  void put_back_state(const SandboxRecord& before);
   void set_owner(const std::string& sandbox, std::int64_t pid);
   void set_lost_processes(const std::string& sandbox, const std::string& json_array);
   // Deletes the sandbox, its conversation mapping, sessions and host ids
@@ -125,7 +136,7 @@ class Catalog {
   void drop_destroyed(const std::string& sandbox);
   // Recovery's rebuild: a sandbox found on disk, mapped to conversation
   // when that is not empty and not taken by another sandbox.
-  void adopt_sandbox(const std::string& sandbox, const std::string& conversation, const std::string& state);
+  void adopt_sandbox(const std::string& sandbox, const std::string& conversation, SandboxState state);
 
   // Why the catalog file cannot be used (empty when it can or does not
   // exist): zero length, not SQLite, failing PRAGMA quick_check, or not

@@ -31,7 +31,7 @@ class Recovery {
       // One sandbox's repair failing (a full disk) must not stop the server
       // or the others': it is logged and retried at the next start.
       guarded("sandbox " + sandbox.id, [&] {
-        if (sandbox.state == "destroying" || sandbox.state == "clearing") {
+        if (sandbox.state == SandboxState::Destroying || sandbox.state == SandboxState::Clearing) {
           store_.finish_destroy(sandbox.id, hooks_.discard_live);
           act("sandbox " + sandbox.id + ": a destroy was cut short; finished");
           return;
@@ -148,12 +148,12 @@ class Recovery {
     auto truth = sandbox.restore_snapshot.empty() ? catalog_.latest_snapshot(sandbox.id)
                                                   : catalog_.find_snapshot(sandbox.restore_snapshot);
     bool has_snapshot = truth.has_value();
-    bool stopped = sandbox.state == "stopped" || sandbox.state == "restoring";
+    bool stopped = sandbox.state == SandboxState::Stopped || sandbox.state == SandboxState::Restoring;
     if (stopped && has_snapshot && has_live && !fs::exists(store_.file(*truth), ec)) {
-      if (sandbox.state == "stopped") {
+      if (sandbox.state == SandboxState::Stopped) {
         // A teardown stops the agent before it archives, so what it left
         // holds what the lost snapshot held: the best copy there is.
-        catalog_.set_state(sandbox.id, "active");
+        catalog_.set_state(sandbox.id, SandboxState::Active);
         act("sandbox " + sandbox.id + ": its snapshot " + truth->id +
             " is gone; the live directories a teardown left are kept and adopted");
       } else {
@@ -162,30 +162,32 @@ class Recovery {
             act("sandbox " + sandbox.id + ": a restore of the missing snapshot " + truth->id +
                 " was cut short; its half-swapped " + tree.name + " is kept at " +
                 move_aside(layout_, tree.dir, sandbox.id + "-" + tree.name).string());
-        catalog_.set_state(sandbox.id, "stopped", sandbox.restore_snapshot);
+        catalog_.set_state(sandbox.id, SandboxState::Stopped, sandbox.restore_snapshot);
       }
-    } else if (sandbox.state == "snapshotting" || sandbox.state == "starting") {
-      catalog_.set_state(sandbox.id, "active");
-      act("sandbox " + sandbox.id + ": was " + sandbox.state + "; its live directories are kept and adopted");
-    } else if ((sandbox.state == "stopped" || sandbox.state == "restoring") && has_snapshot) {
+    } else if (sandbox.state == SandboxState::Snapshotting || sandbox.state == SandboxState::Starting) {
+      catalog_.set_state(sandbox.id, SandboxState::Active);
+      act("sandbox " + sandbox.id + ": was " + std::string(state_name(sandbox.state)) +
+          "; its live directories are kept and adopted");
+    } else if (stopped && has_snapshot) {
       if (!discard_live(sandbox.id)) {
         for (const auto& tree : layout_.trees(sandbox.id)) {
           if (fs::exists(tree.dir, ec)) discard_dir(layout_, tree.dir);
         }
       }
-      if (sandbox.state == "restoring") {
-        catalog_.set_state(sandbox.id, "stopped", sandbox.restore_snapshot);
+      if (sandbox.state == SandboxState::Restoring) {
+        catalog_.set_state(sandbox.id, SandboxState::Stopped, sandbox.restore_snapshot);
         act("sandbox " + sandbox.id + ": a restore was cut short; the next call restores " +
             (sandbox.restore_snapshot.empty() ? "the latest snapshot" : sandbox.restore_snapshot));
       } else if (has_live) {
         act("sandbox " + sandbox.id + ": stopped with leftover live directories; removed (its snapshot holds them)");
       }
-    } else if (sandbox.state == "active" && !has_live && has_snapshot) {
-      catalog_.set_state(sandbox.id, "stopped");
+    } else if (sandbox.state == SandboxState::Active && !has_live && has_snapshot) {
+      catalog_.set_state(sandbox.id, SandboxState::Stopped);
       act("sandbox " + sandbox.id + ": active without live directories; its latest snapshot will be restored");
-    } else if ((sandbox.state == "stopped" || sandbox.state == "restoring") && has_live) {
-      catalog_.set_state(sandbox.id, "active");
-      act("sandbox " + sandbox.id + ": marked " + sandbox.state + " but has no snapshot; live directories kept");
+    } else if (stopped && has_live) {
+      catalog_.set_state(sandbox.id, SandboxState::Active);
+      act("sandbox " + sandbox.id + ": marked " + std::string(state_name(sandbox.state)) +
+          " but has no snapshot; live directories kept");
     }
     if (sandbox.owner_pid != 0) catalog_.set_owner(sandbox.id, 0);
   }
@@ -248,7 +250,7 @@ class Recovery {
       snaps |= e.path().extension() == ".zst" && !is_temp_archive(e.path().filename().string());
     std::string conversation = mapped_conversation(id);
     if ((rebuild_ && (live || snaps)) || (!conversation.empty() && live)) {
-      catalog_.adopt_sandbox(id, conversation, live ? "active" : "stopped");
+      catalog_.adopt_sandbox(id, conversation, live ? SandboxState::Active : SandboxState::Stopped);
       act("adopted sandbox " + id + " found on disk (" + (live ? "live directories" : "snapshots") + "), " +
           (conversation.empty() ? "serving no conversation (its conversation is not recorded)"
                                 : "conversation '" + conversation + "'"));

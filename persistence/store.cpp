@@ -85,14 +85,14 @@ void SnapshotStore::destroy(const std::string& sandbox, bool keep_snapshots, con
 
 void SnapshotStore::finish_destroy(const std::string& sandbox, const DiscardLive& discard_live) {
   auto record = catalog_.find_sandbox(sandbox);
-  if (!record || (record->state != "destroying" && record->state != "clearing")) return;
+  if (!record || (record->state != SandboxState::Destroying && record->state != SandboxState::Clearing)) return;
   // Trees first, then the directory: each rename is atomic, and what is
   // left after a crash is named by the tombstone or is trash.
   if (!discard_live || !discard_live(sandbox))
     for (const auto& tree : layout_.trees(sandbox)) discard_dir(layout_, tree.dir);
   discard_dir(layout_, layout_.sandbox(sandbox));
-  if (record->state == "clearing") {
-    catalog_.set_state(sandbox, "none");
+  if (record->state == SandboxState::Clearing) {
+    catalog_.set_state(sandbox, SandboxState::None);
     return;
   }
   for (const auto& s : catalog_.snapshots(sandbox, true)) {

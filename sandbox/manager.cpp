@@ -13,6 +13,7 @@
 namespace agentbox::sandbox {
 
 namespace fs = std::filesystem;
+using persistence::SandboxState;
 
 namespace {
 
@@ -24,11 +25,11 @@ void create_state_dir(const fs::path& dir) {
 
 }  // namespace
 
-std::string ManagedSandbox::state() const {
+SandboxState ManagedSandbox::state() const {
   std::lock_guard lock(mutex_);
-  if (!phase_.empty()) return phase_;
-  if (client_ && client_->alive()) return "active";
-  return client_ && !client_->stopped() ? "failed" : "stopped";
+  if (phase_) return *phase_;
+  if (client_ && client_->alive()) return SandboxState::Active;
+  return client_ && !client_->stopped() ? SandboxState::Failed : SandboxState::Stopped;
 }
 
 std::shared_ptr<AgentClient> ManagedSandbox::client() const {
@@ -105,7 +106,7 @@ ManagerImpl::~ManagerImpl() { shutdown(); }
 std::size_t ManagerImpl::running() const {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
-  for (const auto& [conversation, s] : sandboxes_) n += s->state() == "active";
+  for (const auto& [conversation, s] : sandboxes_) n += s->state() == SandboxState::Active;
   return n;
 }
 
@@ -116,7 +117,7 @@ Lease ManagerImpl::acquire(const std::string& conversation, const ProgressFn& pr
   if (!sandbox->running()) {
     take_lock(*sandbox);
     auto record = catalog_->find_sandbox(sandbox->id());
-    if (!record || record->state == "destroying") {
+    if (!record || record->state == SandboxState::Destroying) {
       // Destroyed by another server since this one last looked: start over.
       {
         std::lock_guard lock(mutex_);
@@ -128,7 +129,7 @@ Lease ManagerImpl::acquire(const std::string& conversation, const ProgressFn& pr
     }
     auto client = sandbox->client();
     bool died = client && !client->stopped();
-    if (record->state == "stopped" || record->state == "clearing") {
+    if (record->state == SandboxState::Stopped || record->state == SandboxState::Clearing) {
       notice = resume_stopped(*sandbox, *record, progress);
     } else if (died) {
       std::string reason = client->death_reason();
@@ -175,8 +176,8 @@ std::size_t ManagerImpl::running_locked(const ManagedSandbox& starting) const {
   std::size_t running = 0;
   for (const auto& [conversation, s] : sandboxes_) {
     if (s.get() == &starting) continue;
-    std::string state = s->state();
-    running += state == "active" || state == "starting";
+    SandboxState state = s->state();
+    running += state == SandboxState::Active || state == SandboxState::Starting;
   }
   return running;
 }
@@ -184,7 +185,7 @@ std::size_t ManagerImpl::running_locked(const ManagedSandbox& starting) const {
 std::shared_ptr<ManagedSandbox> ManagerImpl::pick_eviction_locked(const ManagedSandbox& starting) {
   std::shared_ptr<ManagedSandbox> oldest;
   for (const auto& [conversation, s] : sandboxes_) {
-    if (s.get() == &starting || s->state() != "active") continue;
+    if (s.get() == &starting || s->state() != SandboxState::Active) continue;
     std::lock_guard lock(s->mutex_);
     if (s->in_use_ == 0 && (!oldest || s->last_used_ < oldest->last_used_)) oldest = s;
   }
@@ -203,7 +204,7 @@ void ManagerImpl::start_agent(ManagedSandbox& sandbox_ref) {
     ManagedSandbox& s;
     ~EndPhase() {
       std::lock_guard slock(s.mutex_);
-      if (s.phase_ == "starting") s.phase_.clear();
+      if (s.phase_ == SandboxState::Starting) s.phase_.reset();
     }
   } end_phase{*sandbox};
   // mutex_ is held only to pick a sandbox to evict and to mark this one
@@ -218,7 +219,7 @@ void ManagerImpl::start_agent(ManagedSandbox& sandbox_ref) {
     if (running_locked(*sandbox) + 1 >= options_.max_sandboxes) warm_spare = spares_->take_warm();
     evicted = pick_eviction_locked(*sandbox);
     std::lock_guard slock(sandbox->mutex_);
-    sandbox->phase_ = "starting";
+    sandbox->phase_ = SandboxState::Starting;
   }
   warm_spare.reset();
   if (evicted) evict(*evicted);

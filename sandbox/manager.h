@@ -87,9 +87,9 @@ class Sandbox {
   const std::string& id() const { return id_; }
   const std::string& conversation() const { return conversation_; }
   const SandboxDirs& dirs() const { return dirs_; }
-  // "active", "snapshotting", "restoring", "stopped" (torn down) or
-  // "failed" (the agent died); docs/design.md section 8 vocabulary.
-  virtual std::string state() const = 0;
+  // Active, Starting, Snapshotting, Restoring, Stopped (torn down) or
+  // Failed (the agent died); docs/design.md section 8 vocabulary.
+  virtual persistence::SandboxState state() const = 0;
   virtual std::shared_ptr<AgentClient> client() const = 0;
   // Bytes the files under /workspace take on disk (a descriptor walk that
   // follows no symlink: persistence/tree_fs.h).

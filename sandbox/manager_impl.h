@@ -20,7 +20,7 @@ namespace agentbox::sandbox {
 // A sandbox with the manager's bookkeeping of it.
 class ManagedSandbox final : public Sandbox {
  public:
-  std::string state() const override;
+  persistence::SandboxState state() const override;
   std::shared_ptr<AgentClient> client() const override;
   double cpu_quota() const override;
   bool cgroup_memory() const override;
@@ -36,7 +36,7 @@ class ManagedSandbox final : public Sandbox {
   // Held while starting, snapshotting, restoring or tearing down; taken
   // before mutex_ (never the other way).
   std::mutex lifecycle_;
-  std::string phase_;  // "starting", "snapshotting" or "restoring" while that runs; guarded by mutex_
+  std::optional<persistence::SandboxState> phase_;  // Starting, Snapshotting or Restoring while that runs; guarded by mutex_
   bool torn_down_ = false;  // stopped by an idle teardown (restore on next call); guarded by mutex_
   std::string kept_live_;  // why the last idle teardown kept the live workspace; guarded by mutex_
   persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
@@ -86,7 +86,7 @@ class ManagerImpl {
   void save_sessions(ManagedSandbox& sandbox, std::chrono::milliseconds timeout);
   void bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record);
   std::string restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
-                             const ProgressFn& progress, const std::string& state_on_failure);
+                             const ProgressFn& progress, persistence::SandboxState state_on_failure);
   void record_lost_processes(ManagedSandbox& sandbox);
   bool teardown(const std::shared_ptr<ManagedSandbox>& sandbox);
   void idle_main();

@@ -17,6 +17,7 @@ namespace agentbox::sandbox {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using persistence::SandboxState;
 
 namespace {
 
@@ -199,13 +200,13 @@ void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::Sandbox
   } catch (const std::exception& e) {
     spdlog::warn("sandbox {}: could not bring its sessions back: {}", sandbox.id(), e.what());
   }
-  if (record.state != "active") {
+  if (record.state != SandboxState::Active) {
     try {
-      catalog_->set_state(sandbox.id(), "active");
+      catalog_->set_state(sandbox.id(), SandboxState::Active);
     } catch (const std::exception& e) {
       // After a restore the catalog still says "restoring": a crash would
       // discard what the box writes now. Refuse to run on it (section 8).
-      if (record.state == "stopped" || record.state == "restoring") {
+      if (record.state == SandboxState::Stopped || record.state == SandboxState::Restoring) {
         stop(sandbox);
         throw state_error(e, codes::kSandboxStartFailed, "cannot record the restored workspace as live");
       }
@@ -218,31 +219,31 @@ void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::Sandbox
 }
 
 std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
-                                    const ProgressFn& progress, const std::string& state_on_failure) {
+                                        const ProgressFn& progress, SandboxState state_on_failure) {
   auto start = Clock::now();
   {
     std::lock_guard lock(sandbox.mutex_);
-    sandbox.phase_ = "restoring";
+    sandbox.phase_ = SandboxState::Restoring;
   }
   try {
     driver_->ensure_storage(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
   } catch (...) {
     std::lock_guard lock(sandbox.mutex_);
-    sandbox.phase_.clear();
+    sandbox.phase_.reset();
     throw;
   }
   persistence::ExtractResult result;
   try {
-    catalog_->set_state(sandbox.id(), "restoring", snapshot.id);
+    catalog_->set_state(sandbox.id(), SandboxState::Restoring, snapshot.id);
     result = driver_->import_workspace(*store_, snapshot, owner(sandbox), progress_adapter(progress, "restoring " + snapshot.id));
   } catch (const std::exception& e) {
     try {
-      catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == "stopped" ? snapshot.id : "");
+      catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == SandboxState::Stopped ? snapshot.id : "");
     } catch (const std::exception& again) {
       spdlog::error("sandbox {}: after a failed restore: {}", sandbox.id(), again.what());
     }
     std::lock_guard lock(sandbox.mutex_);
-    sandbox.phase_.clear();
+    sandbox.phase_.reset();
     if (persistence::disk_full(e)) throw state_error(e, codes::kNoSpace, "could not restore snapshot " + snapshot.id);
     throw SandboxError(codes::kSnapshotCorrupt,
                        "snapshot " + snapshot.id + " cannot be restored: " + e.what() +
@@ -251,7 +252,7 @@ std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persisten
   }
   {
     std::lock_guard lock(sandbox.mutex_);
-    sandbox.phase_.clear();
+    sandbox.phase_.reset();
   }
   auto ms = ms_since(start);
   spdlog::info("sandbox {}: restored snapshot {} ({} entries) in {} ms", sandbox.id(), snapshot.id, result.files, ms);
@@ -272,7 +273,7 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
   {
     std::lock_guard lock(sandbox->mutex_);
     if (sandbox->in_use_ > 0) return false;
-    sandbox->phase_ = "snapshotting";
+    sandbox->phase_ = SandboxState::Snapshotting;
   }
   auto start = Clock::now();
   auto give_up = [&](const char* what, const std::exception& e) {
@@ -285,16 +286,16 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
       idle_backoff_[sandbox->id()] = Clock::now() + retry;  // a full disk stays full for a while
     }
     try {
-      catalog_->set_state(sandbox->id(), "active");
+      catalog_->set_state(sandbox->id(), SandboxState::Active);
     } catch (const std::exception&) {
       // "snapshotting" means the same to recovery and to the next call.
     }
     std::lock_guard lock(sandbox->mutex_);
-    sandbox->phase_.clear();
+    sandbox->phase_.reset();
     return false;
   };
   try {
-    catalog_->set_state(sandbox->id(), "snapshotting");
+    catalog_->set_state(sandbox->id(), SandboxState::Snapshotting);
   } catch (const std::exception& e) {
     return give_up("teardown", e);  // nothing stopped yet: the sandbox keeps running
   }
@@ -305,7 +306,7 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
   persistence::SnapshotRecord snapshot;
   try {
     snapshot = driver_->export_workspace(*store_, sandbox->id(), "", "idle");
-    catalog_->set_state(sandbox->id(), "stopped");
+    catalog_->set_state(sandbox->id(), SandboxState::Stopped);
   } catch (const std::exception& e) {
     {
       // The next call starts on the live directories and its notice says why
@@ -328,7 +329,7 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
   }
   {
     std::lock_guard lock(sandbox->mutex_);
-    sandbox->phase_.clear();
+    sandbox->phase_.reset();
     sandbox->torn_down_ = true;
   }
   release_lock(*sandbox);
@@ -401,7 +402,7 @@ std::optional<std::string> ManagerImpl::idle_step(const std::shared_ptr<ManagedS
 // or whose destroy another server left half done ("clearing": finish it).
 std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persistence::SandboxRecord& record,
                                     const ProgressFn& progress) {
-  if (record.state == "clearing") {
+  if (record.state == SandboxState::Clearing) {
     store_->finish_destroy(sandbox.id());
     return "";
   }
@@ -414,7 +415,7 @@ std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persisten
                            (record.restore_snapshot.empty() ? std::string("(none recorded)") : record.restore_snapshot) +
                            ", which the catalog no longer has; nothing was changed. sandbox_destroy gives a fresh "
                            "workspace; `agentbox doctor` lists what recovery kept aside");
-  return restore_locked(sandbox, *snapshot, progress, "stopped");
+  return restore_locked(sandbox, *snapshot, progress, SandboxState::Stopped);
 }
 
 SnapshotInfo ManagerImpl::snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) {
@@ -451,13 +452,13 @@ SnapshotInfo ManagerImpl::restore(const std::string& conversation, const std::st
                                              "shows the ones there are");
   auto start = Clock::now();
   auto record = catalog_->find_sandbox(sandbox->id());
-  std::string before = record ? record->state : "none";
+  SandboxState before = record ? record->state : SandboxState::None;
   if (sandbox->running()) {
     save_sessions(*sandbox, std::chrono::seconds(2));
     record_lost_processes(*sandbox);
     stop(*sandbox);
   }
-  restore_locked(*sandbox, *snapshot, progress, before == "stopped" ? "stopped" : "active");
+  restore_locked(*sandbox, *snapshot, progress, before == SandboxState::Stopped ? SandboxState::Stopped : SandboxState::Active);
   start_agent(*sandbox);
   bring_back(*sandbox, *catalog_->find_sandbox(sandbox->id()));
   return {*snapshot, std::chrono::milliseconds(ms_since(start))};

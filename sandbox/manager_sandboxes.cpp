@@ -40,6 +40,7 @@ SandboxView ManagerSandboxes::status(const std::string& conversation) {
   if (!record) return view;
   view.sandbox = record->id;
   view.catalog_state = record->state;
+  view.catalog_state_text = persistence::stored_state(*record);
   auto snapshots = manager_->snapshots(conversation);
   if (!snapshots.empty()) view.last_snapshot = snapshots.front();
   for (const auto& s : manager_->catalog().sessions(record->id)) view.sessions.push_back(s.name);
@@ -47,8 +48,8 @@ SandboxView ManagerSandboxes::status(const std::string& conversation) {
   if (!sandbox) return view;
   SandboxView::Running& running = view.running.emplace();
   running.state = sandbox->state();
-  if (running.state != "stopped") running.workspace_bytes = sandbox->workspace_bytes();
-  if (running.state == "active") running.limits = sandbox_limits(*manager_, sandbox.get());
+  if (running.state != persistence::SandboxState::Stopped) running.workspace_bytes = sandbox->workspace_bytes();
+  if (running.state == persistence::SandboxState::Active) running.limits = sandbox_limits(*manager_, sandbox.get());
   if (auto disk = disk_usage(sandbox->dirs().root)) {  // its own filesystem
     running.disk_limit_bytes = manager_->disks().options().bytes;
     running.disk_inodes = disk->used_inodes;

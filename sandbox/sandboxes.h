@@ -47,7 +47,7 @@ struct SnapshotDone {
 // Outside SandboxView: clang 14 cannot default-construct a nested struct with
 // member initializers inside std::optional before the enclosing class ends.
 struct SandboxRunning {
-  std::string state;  // docs/design.md section 8 vocabulary
+  persistence::SandboxState state = persistence::SandboxState::None;  // docs/design.md section 8 vocabulary
   std::uint64_t workspace_bytes = 0;  // 0 when stopped (its live directories are gone)
   // Its own filesystem (disk.h): the limit and the inodes used.
   std::optional<std::uint64_t> disk_limit_bytes;
@@ -62,7 +62,11 @@ struct SandboxRunning {
 // it: the catalog's record, and what this server runs.
 struct SandboxView {
   std::string sandbox;        // its id; empty when the conversation never had one
-  std::string catalog_state;  // the catalog's state ("active" there: some server ran it)
+  // The catalog's state (Active there: some server ran it), and its text as
+  // stored (persistence::stored_state: the word of a state this build does
+  // not know included).
+  persistence::SandboxState catalog_state = persistence::SandboxState::None;
+  std::string catalog_state_text;
   std::vector<std::string> sessions;  // the session names the catalog keeps
   std::optional<persistence::SnapshotRecord> last_snapshot;
   DiskSupport disks;  // whether sandboxes get their own filesystem, or why not

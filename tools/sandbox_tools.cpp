@@ -7,34 +7,52 @@ namespace agentbox::tools {
 
 namespace {
 
+using persistence::SandboxState;
+using persistence::state_name;
+
+// A catalog state in sandbox_status's vocabulary (its output schema's enum).
+// Stored Active is a workspace some server left on disk; not running here, it
+// is stopped as far as this server knows. A destroy that keeps the snapshots
+// (Clearing) ends in None; a state another version stored is "unknown" (its
+// word in stored_state).
+std::string shown_state(SandboxState stored) {
+  switch (stored) {
+    case SandboxState::Active: return std::string(state_name(SandboxState::Stopped));
+    case SandboxState::Clearing:
+    case SandboxState::Destroying: return std::string(state_name(SandboxState::None));
+    default: return std::string(state_name(stored));
+  }
+}
+
 // The status never starts or restores a sandbox. view is null on a server
 // without sandboxes.
 json status_of(const sandbox::SandboxView* view, const std::string& conversation) {
-  json status = {{"conversation", conversation}, {"sandbox", nullptr}, {"state", "none"},
+  json status = {{"conversation", conversation}, {"sandbox", nullptr}, {"state", state_name(SandboxState::None)},
                  {"sessions", json::array()},    {"processes", json::array()}, {"workspace_bytes", 0},
                  {"last_snapshot", nullptr}};
   if (!view) return status;
   status["limits"] = view->limits;
   if (view->sandbox.empty()) return status;
   status["sandbox"] = view->sandbox;
-  // "active" in the catalog and not running here: stopped, as far as this server knows.
-  status["state"] = view->catalog_state == "active" ? "stopped" : view->catalog_state;
+  status["state"] = shown_state(view->catalog_state);
+  if (view->catalog_state == SandboxState::Unknown) status["stored_state"] = view->catalog_state_text;
   if (view->last_snapshot) status["last_snapshot"] = snapshot_json(*view->last_snapshot);
   for (const auto& name : view->sessions) status["sessions"].push_back(name);
   if (!view->running) return status;
   const auto& running = *view->running;
-  if (running.state != "stopped" || view->catalog_state != "stopped") status["state"] = running.state;
-  if (running.state != "stopped") status["workspace_bytes"] = running.workspace_bytes;
-  if (running.state == "active") status["limits"] = running.limits;
+  if (running.state != SandboxState::Stopped || view->catalog_state != SandboxState::Stopped)
+    status["state"] = state_name(running.state);
+  if (running.state != SandboxState::Stopped) status["workspace_bytes"] = running.workspace_bytes;
+  if (running.state == SandboxState::Active) status["limits"] = running.limits;
   if (running.disk_limit_bytes)
     status["workspace_limit_bytes"] = *running.disk_limit_bytes, status["workspace_inodes"] = running.disk_inodes;
-  if (running.agent_status && running.state == "active") {
+  if (running.agent_status && running.state == SandboxState::Active) {
     try {
       json agent = running.agent_status();
       status["sessions"] = agent.value("sessions", json::array());
       status["processes"] = agent.value("processes", json::array());
     } catch (const SandboxError& e) {
-      status["state"] = "failed";
+      status["state"] = state_name(SandboxState::Failed);
       status["error"] = {{"code", e.code()}, {"message", e.what()}};
     }
   }
@@ -53,7 +71,10 @@ std::string workspace_limit_text(const sandbox::SandboxView* view, const json& s
 std::string status_text(const sandbox::SandboxView* view, const json& status, const std::string& conversation) {
   if (status["sandbox"].is_null())
     return "Conversation '" + conversation + "' has no sandbox yet; the first command or file call starts one.";
-  return "Sandbox " + status["sandbox"].get<std::string>() + " is " + status["state"].get<std::string>() +
+  std::string state = status["state"].get<std::string>();
+  if (status.contains("stored_state"))
+    state += " (stored as '" + status["stored_state"].get<std::string>() + "' by another version of agentbox)";
+  return "Sandbox " + status["sandbox"].get<std::string>() + " is " + state +
          "; sessions: " + status["sessions"].dump() + "; processes: " + status["processes"].dump() + "; workspace " +
          std::to_string(status["workspace_bytes"].get<std::uint64_t>()) + " bytes" +
          workspace_limit_text(view, status) +

@@ -27,6 +27,19 @@ void raw_exec(const fs::path& db, const std::string& sql) {
   sqlite3_close(h);
 }
 
+// The state column's text as stored, read past the catalog.
+std::string raw_state(const fs::path& db, const std::string& id) {
+  sqlite3* h = nullptr;
+  sqlite3_open(db.c_str(), &h);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(h, "SELECT state FROM sandboxes WHERE id = ?", -1, &st, nullptr);
+  sqlite3_bind_text(st, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+  std::string out = sqlite3_step(st) == SQLITE_ROW ? reinterpret_cast<const char*>(sqlite3_column_text(st, 0)) : "";
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("a new catalog is at the current schema version, in WAL mode") {
@@ -56,7 +69,7 @@ TEST_CASE("a version-1 catalog is migrated and keeps its rows") {
   CHECK(catalog.schema_version() == Catalog::kSchemaVersion);
   auto sb = catalog.find_by_conversation("conv");
   REQUIRE(sb);
-  CHECK(sb->state == "stopped");
+  CHECK(sb->state == SandboxState::Stopped);
   CHECK(sb->restore_snapshot.empty());
   auto snap = catalog.latest_snapshot("sb1");
   REQUIRE(snap);
@@ -93,13 +106,13 @@ TEST_CASE("conversations map to one sandbox with its sessions and snapshots, acr
     c.add_snapshot(s);
     CHECK_FALSE(c.latest_snapshot(id));
     c.mark_complete("snap-x");
-    c.set_state(id, "stopped");
+    c.set_state(id, SandboxState::Stopped);
   }
   Catalog c(dir / "c.db");
   auto sb = c.find_by_conversation("conv-1");
   REQUIRE(sb);
   CHECK(sb->id == "abc");
-  CHECK(sb->state == "stopped");
+  CHECK(sb->state == SandboxState::Stopped);
   auto sessions = c.sessions(id);
   REQUIRE(sessions.size() == 2);
   CHECK(sessions[1].name == "default");
@@ -110,6 +123,43 @@ TEST_CASE("conversations map to one sandbox with its sessions and snapshots, acr
   c.remove_sandbox(id);
   CHECK_FALSE(c.find_by_conversation("conv-1"));
   CHECK(c.sessions(id).empty());
+  fs::remove_all(dir);
+}
+
+// The stored words are the on-disk format: a state directory of any earlier
+// version must read the same, and one written by a newer version with a
+// state this build does not know keeps that text.
+TEST_CASE("sandbox states are stored as the words earlier versions wrote; unknown ones are kept as stored") {
+  fs::path dir = temp_dir("states");
+  fs::path db = dir / "c.db";
+  Catalog c(db);
+  std::string id = c.sandbox_for("conv", [] { return std::string("sb1"); }).id;
+  CHECK(raw_state(db, id) == "none");
+  const std::pair<SandboxState, const char*> words[] = {
+      {SandboxState::Active, "active"},         {SandboxState::Snapshotting, "snapshotting"},
+      {SandboxState::Stopped, "stopped"},       {SandboxState::Restoring, "restoring"},
+      {SandboxState::Starting, "starting"},     {SandboxState::None, "none"}};
+  for (const auto& [state, word] : words) {
+    c.set_state(id, state);
+    CHECK(raw_state(db, id) == word);
+    CHECK(c.find_sandbox(id)->state == state);
+  }
+  c.begin_destroy(id, true);
+  CHECK(raw_state(db, id) == "clearing");
+  raw_exec(db, "UPDATE sandboxes SET state = 'hibernating', restore_snapshot = 'snap-1' WHERE id = 'sb1'");
+  auto before = c.find_sandbox(id);
+  REQUIRE(before);
+  CHECK(before->state == SandboxState::Unknown);
+  CHECK(stored_state(*before) == "hibernating");
+  CHECK_THROWS(c.set_state(id, SandboxState::Unknown));
+  c.set_state(id, SandboxState::Restoring, "snap-2");
+  c.put_back_state(*before);
+  CHECK(raw_state(db, id) == "hibernating");
+  CHECK(c.find_sandbox(id)->restore_snapshot == "snap-1");
+  c.begin_destroy(id, false);
+  CHECK(raw_state(db, id) == "destroying");
+  c.drop_destroyed(id);
+  CHECK_FALSE(c.find_sandbox(id));
   fs::remove_all(dir);
 }
 

@@ -37,15 +37,15 @@ void write_file(const fs::path& p, const std::string& content) { std::ofstream(p
 [[noreturn]] void cycle(const StateLayout& layout) {
   Catalog catalog(layout.catalog());
   SnapshotStore store(layout, catalog);
-  catalog.set_state(kSandbox, "snapshotting");
+  catalog.set_state(kSandbox, SandboxState::Snapshotting);
   store.take(kSandbox, "", "idle");
-  catalog.set_state(kSandbox, "stopped");
+  catalog.set_state(kSandbox, SandboxState::Stopped);
   for (const auto& t : layout.trees(kSandbox)) discard_dir(layout, t.dir);
   store.prune(kSandbox, 3);
   auto latest = catalog.latest_snapshot(kSandbox);
-  catalog.set_state(kSandbox, "restoring", latest->id);
+  catalog.set_state(kSandbox, SandboxState::Restoring, latest->id);
   store.restore(*latest, std::nullopt);
-  catalog.set_state(kSandbox, "active");
+  catalog.set_state(kSandbox, SandboxState::Active);
   _exit(0);
 }
 
@@ -61,13 +61,13 @@ std::set<std::string> generation_files(const fs::path& workspace) {
 std::set<std::string> bring_back(const StateLayout& layout, Catalog& catalog) {
   auto sb = catalog.find_sandbox(kSandbox);
   REQUIRE(sb);
-  INFO("state after recovery: " << sb->state);
-  REQUIRE((sb->state == "active" || sb->state == "stopped"));
-  if (sb->state == "stopped") {
+  INFO("state after recovery: " << state_name(sb->state));
+  REQUIRE((sb->state == SandboxState::Active || sb->state == SandboxState::Stopped));
+  if (sb->state == SandboxState::Stopped) {
     auto snap = sb->restore_snapshot.empty() ? catalog.latest_snapshot(kSandbox) : catalog.find_snapshot(sb->restore_snapshot);
     REQUIRE(snap);
     SnapshotStore(layout, catalog).restore(*snap, std::nullopt);
-    catalog.set_state(kSandbox, "active");
+    catalog.set_state(kSandbox, SandboxState::Active);
   }
   REQUIRE(fs::exists(layout.sandbox(kSandbox) / "workspace"));
   return generation_files(layout.sandbox(kSandbox) / "workspace");
@@ -104,7 +104,7 @@ TEST_CASE("SIGKILL at 60 points during teardown and restore loses nothing and le
   {
     Catalog catalog(layout.catalog());
     catalog.sandbox_for("crash", [] { return kSandbox; });
-    catalog.set_state(kSandbox, "active");
+    catalog.set_state(kSandbox, SandboxState::Active);
   }
 
   // How long an uninterrupted cycle takes, to spread the kill points over it.
@@ -169,7 +169,7 @@ TEST_CASE("recovery leaves no unfinished restore even when it cannot be deleted 
   {
     Catalog catalog(layout.catalog());
     catalog.sandbox_for("late", [] { return kSandbox; });
-    catalog.set_state(kSandbox, "active");
+    catalog.set_state(kSandbox, SandboxState::Active);
   }
   fs::path stuck = layout.sandbox(kSandbox) / ".restore-late" / "workspace";
   fs::create_directories(stuck);
@@ -220,7 +220,7 @@ StateLayout destroy_setup(const fs::path& root) {
   for (int i = 0; i < 50; ++i) write_file(ws / ("f" + std::to_string(i)), std::string(100 + i, 'x'));
   Catalog catalog(layout.catalog());
   catalog.sandbox_for("doomed", [] { return kSandbox; });
-  catalog.set_state(kSandbox, "active");
+  catalog.set_state(kSandbox, SandboxState::Active);
   SnapshotStore store(layout, catalog);
   for (int i = 0; i < 3; ++i) store.take(kSandbox, i == 0 ? "labelled" : "", "manual");
   write_file(ws / "acked" / "after-snapshot", "acknowledged after the last snapshot");
@@ -241,8 +241,8 @@ StateLayout destroy_setup(const fs::path& root) {
 bool destroyed_or_intact(const StateLayout& layout, Catalog& catalog, bool keep_snapshots) {
   auto sb = catalog.find_by_conversation("doomed");
   std::error_code ec;
-  if (keep_snapshots && sb && sb->state != "active") {
-    CHECK(sb->state == "none");
+  if (keep_snapshots && sb && sb->state != SandboxState::Active) {
+    CHECK(sb->state == SandboxState::None);
     CHECK_FALSE(fs::exists(layout.sandbox(kSandbox) / "workspace", ec));
     CHECK(catalog.snapshots(kSandbox).size() == 3);
     CHECK(catalog.sessions(kSandbox).empty());
@@ -262,8 +262,8 @@ bool destroyed_or_intact(const StateLayout& layout, Catalog& catalog, bool keep_
       CHECK(e.path().string().find(".tar.zst") == std::string::npos);
     return true;
   }
-  INFO("the conversation still has its sandbox, state " << sb->state);
-  CHECK(sb->state == "active");
+  INFO("the conversation still has its sandbox, state " << state_name(sb->state));
+  CHECK(sb->state == SandboxState::Active);
   CHECK(fs::exists(layout.sandbox(kSandbox) / "workspace" / "acked" / "after-snapshot"));
   CHECK(fs::exists(layout.sandbox(kSandbox) / "workspace" / "f49"));
   CHECK(catalog.snapshots(kSandbox).size() == 3);

@@ -86,7 +86,7 @@ TEST_CASE("a sandbox keeps its host ids until its row is removed; only then are 
   CHECK_FALSE(ida.legacy);
   // Stable across calls, state changes, a reopen, and a destroy that keeps
   // the snapshots (the row stays).
-  c.set_state(a, "stopped");
+  c.set_state(a, SandboxState::Stopped);
   c.save_sessions(a, {});
   CHECK(c.host_ids(a, kRange, true).uid == ida.uid);
   {

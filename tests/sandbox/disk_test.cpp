@@ -16,6 +16,7 @@
 using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
+using agentbox::persistence::SandboxState;
 namespace fs = std::filesystem;
 
 namespace {
@@ -142,7 +143,7 @@ TEST_CASE("the image goes at idle teardown and destroy and comes back at restore
   f.manager = std::make_unique<Manager>(again);
   CHECK(disk_usage(root));  // mounted at start, before recovery looked
   CHECK(f.call("file.read", {{"path", "/workspace/kept"}})["content"] == "two");
-  CHECK(f.manager->record("test")->state == "active");
+  CHECK(f.manager->record("test")->state == SandboxState::Active);
 
   REQUIRE(f.manager->destroy("test"));
   CHECK_FALSE(fs::exists(image));

@@ -11,6 +11,7 @@
 using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
+using agentbox::persistence::SandboxState;
 
 namespace {
 
@@ -110,7 +111,7 @@ TEST_CASE("an agent that dies fails its calls, and the next call restarts the sa
     REQUIRE(outcome.error);
     CHECK(outcome.error->code() == codes::kSandboxFailed);
   }
-  CHECK(sandbox->state() == "failed");
+  CHECK(sandbox->state() == SandboxState::Failed);
   Lease lease = f.manager->acquire("test");
   CHECK(lease.notice().find("restarted") != std::string::npos);
   auto r = lease.agent().call("exec", {{"command", "cat /workspace/file.txt; echo \"[$LOST]\""}}, std::chrono::seconds(20));
@@ -126,8 +127,8 @@ TEST_CASE("at most max_sandboxes run; the least recently used one is stopped") {
   f.exec("true", {}, "one");  // "two" is now the least recently used
   f.exec("true", {}, "three");
   CHECK(f.manager->running() == 2);
-  CHECK(f.manager->find("two")->state() == "stopped");
-  CHECK(f.manager->find("one")->state() == "active");
+  CHECK(f.manager->find("two")->state() == SandboxState::Stopped);
+  CHECK(f.manager->find("one")->state() == SandboxState::Active);
 }
 
 TEST_CASE("a file larger than the file size limit cannot be written, and the session carries on") {

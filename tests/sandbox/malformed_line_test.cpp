@@ -11,6 +11,7 @@
 using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
+using agentbox::persistence::SandboxState;
 
 namespace {
 
@@ -74,7 +75,7 @@ TEST_CASE("a malformed line from an agent fails that sandbox only and it restart
     auto outcome = pending.get();
     REQUIRE(outcome.error);
     CHECK(outcome.error->code() == "SANDBOX_FAILED");
-    CHECK(f.manager->find("test")->state() == "failed");
+    CHECK(f.manager->find("test")->state() == SandboxState::Failed);
     // Restarted on the next call.
     CHECK(f.exec("echo again")["stdout"] == "again\n");
     CHECK(f.manager->find("test")->client() != client);

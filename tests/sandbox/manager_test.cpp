@@ -11,6 +11,7 @@
 
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
+using agentbox::persistence::SandboxState;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -40,13 +41,13 @@ TEST_CASE("a slow sandbox start does not hold up other conversations; one start 
   f.exec("touch /workspace/slow-start", {}, "slow");
   auto client = f.manager->find("slow")->client();
   ::kill(client->pid(), SIGKILL);  // the next call restarts it, slowly
-  for (int i = 0; i < 100 && f.manager->find("slow")->state() == "active"; ++i)
+  for (int i = 0; i < 100 && f.manager->find("slow")->state() == SandboxState::Active; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
 
   auto started = Clock::now();
   auto first = std::async(std::launch::async, [&] { return f.exec("echo one", {}, "slow"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK(f.manager->find("slow")->state() == "starting");
+  CHECK(f.manager->find("slow")->state() == SandboxState::Starting);
   auto second = std::async(std::launch::async, [&] { return f.exec("echo two", {}, "slow"); });
   auto fast_started = Clock::now();
   CHECK(f.exec("echo fast", {}, "fast")["stdout"] == "fast\n");
@@ -54,6 +55,6 @@ TEST_CASE("a slow sandbox start does not hold up other conversations; one start 
   CHECK(first.get()["stdout"] == "one\n");
   CHECK(second.get()["stdout"] == "two\n");
   CHECK(seconds_since(started) < 2.9);  // one slow start, not two
-  CHECK(f.manager->find("slow")->state() == "active");
+  CHECK(f.manager->find("slow")->state() == SandboxState::Active);
   std::filesystem::remove_all(scripts);
 }

@@ -16,7 +16,8 @@ namespace {
 sandbox::SandboxView stopped_view() {
   sandbox::SandboxView view;
   view.sandbox = "sb1";
-  view.catalog_state = "stopped";
+  view.catalog_state = persistence::SandboxState::Stopped;
+  view.catalog_state_text = "stopped";
   view.sessions = {"default", "build"};
   view.last_snapshot = snapshot_record("snap1");
   view.disks = {true, "its own 10 GiB filesystem"};
@@ -54,7 +55,8 @@ TEST_CASE("a manager that could not start: its error, for sandbox_status too", "
 TEST_CASE("fake sandboxes: a sandbox the catalog has and this server does not run", "[tools][status][fake]") {
   FakeSandboxes fake;
   fake.view = stopped_view();
-  fake.view.catalog_state = "active";  // left active by a server that died
+  fake.view.catalog_state = persistence::SandboxState::Active;  // left active by a server that died
+  fake.view.catalog_state_text = "active";
   ToolHarness tools(&fake);
   auto result = tools.call("sandbox_status", {{"conversation", "c1"}});
   CHECK(tools.wrong_shape("sandbox_status", result) == "");
@@ -72,12 +74,36 @@ TEST_CASE("fake sandboxes: a sandbox the catalog has and this server does not ru
   CHECK(fake.calls == std::vector<std::string>{"status c1"});
 }
 
+TEST_CASE("fake sandboxes: a state another version stored is shown as stored", "[tools][status][fake]") {
+  FakeSandboxes fake;
+  fake.view = stopped_view();
+  fake.view.catalog_state = persistence::SandboxState::Unknown;
+  fake.view.catalog_state_text = "hibernating";
+  ToolHarness tools(&fake);
+  auto result = tools.call("sandbox_status", {{"conversation", "c1"}});
+  CHECK(tools.wrong_shape("sandbox_status", result) == "");
+  CHECK(result.structured["state"] == "unknown");
+  CHECK(result.structured["stored_state"] == "hibernating");
+  CHECK(result.text.find("is unknown (stored as 'hibernating' by another version of agentbox)") != std::string::npos);
+}
+
+TEST_CASE("fake sandboxes: a destroy another server left half done shows no sandbox state", "[tools][status][fake]") {
+  FakeSandboxes fake;
+  fake.view = stopped_view();
+  fake.view.catalog_state = persistence::SandboxState::Clearing;  // a destroy keeping the snapshots
+  fake.view.catalog_state_text = "clearing";
+  ToolHarness tools(&fake);
+  auto result = tools.call("sandbox_status", {{"conversation", "c1"}});
+  CHECK(tools.wrong_shape("sandbox_status", result) == "");
+  CHECK(result.structured["state"] == "none");
+}
+
 TEST_CASE("fake sandboxes: a running sandbox lists its agent's sessions and processes", "[tools][status][fake]") {
   FakeSandboxes fake;
   fake.view = stopped_view();
   fake.view.last_snapshot.reset();
   auto& running = fake.view.running.emplace();
-  running.state = "active";
+  running.state = persistence::SandboxState::Active;
   running.workspace_bytes = 4096;
   running.disk_limit_bytes = 10ull << 30;
   running.disk_inodes = 17;
@@ -103,7 +129,7 @@ TEST_CASE("fake sandboxes: an agent that fails its status call shows the sandbox
   fake.view = stopped_view();
   fake.view.disks = {false, "no own filesystem: not root"};
   auto& running = fake.view.running.emplace();
-  running.state = "active";
+  running.state = persistence::SandboxState::Active;
   running.limits = fake.view.limits;
   running.agent_status = []() -> json {
     throw SandboxError(codes::kAgentTimeout, "the agent did not answer within 10 s");
@@ -128,11 +154,11 @@ TEST_CASE("fake sandboxes: a stopped sandbox is not asked, and a starting one ke
     return json::object();
   };
   ToolHarness tools(&fake);
-  running.state = "stopped";
+  running.state = persistence::SandboxState::Stopped;
   auto stopped = tools.call("sandbox_status");
   CHECK(stopped.structured["state"] == "stopped");
   CHECK_FALSE(asked);
-  running.state = "restoring";
+  running.state = persistence::SandboxState::Restoring;
   running.workspace_bytes = 10;
   auto restoring = tools.call("sandbox_status");
   CHECK(tools.wrong_shape("sandbox_status", restoring) == "");
