@@ -1,5 +1,6 @@
 #include "app/state_commands.h"
 
+#include "persistence/lifecycle.h"
 #include "persistence/recovery.h"
 #include "persistence/sandbox_lock.h"
 #include "persistence/tree_fs.h"
@@ -278,7 +279,8 @@ int sandbox_destroy(State& st, const Args& args) {
   // As the server's destroy (crash-ordered, docs/persistence.md "Destroy"):
   // the next sandbox starts empty, with neither the old sessions nor the
   // processes the last teardown ended.
-  SnapshotStore(st.layout, *st.catalog).destroy(sb->id, keep);
+  SnapshotStore store(st.layout, *st.catalog);
+  destroy(*st.catalog, store, sb->id, keep);
   std::printf("destroyed sandbox %s (conversation '%s')%s\n", sb->id.c_str(), sb->conversation.c_str(),
               keep ? "; snapshots kept" : "");
   return 0;

@@ -1,5 +1,6 @@
 #include "persistence/recovery.h"
 
+#include "persistence/lifecycle.h"
 #include "persistence/sandbox_lock.h"
 #include "persistence/tree_fs.h"
 
@@ -32,7 +33,7 @@ class Recovery {
       // or the others': it is logged and retried at the next start.
       guarded("sandbox " + sandbox.id, [&] {
         if (sandbox.state == SandboxState::Destroying || sandbox.state == SandboxState::Clearing) {
-          store_.finish_destroy(sandbox.id, hooks_.discard_live);
+          finish_destroy(catalog_, store_, sandbox.id, hooks_.discard_live);
           act("sandbox " + sandbox.id + ": a destroy was cut short; finished");
           return;
         }

@@ -78,32 +78,6 @@ bool disk_full(const std::exception& e) {
          what.find("database or disk is full") != std::string::npos;
 }
 
-void SnapshotStore::destroy(const std::string& sandbox, bool keep_snapshots, const DiscardLive& discard_live) {
-  catalog_.begin_destroy(sandbox, keep_snapshots);
-  finish_destroy(sandbox, discard_live);
-}
-
-void SnapshotStore::finish_destroy(const std::string& sandbox, const DiscardLive& discard_live) {
-  auto record = catalog_.find_sandbox(sandbox);
-  if (!record || (record->state != SandboxState::Destroying && record->state != SandboxState::Clearing)) return;
-  // Trees first, then the directory: each rename is atomic, and what is
-  // left after a crash is named by the tombstone or is trash.
-  if (!discard_live || !discard_live(sandbox))
-    for (const auto& tree : layout_.trees(sandbox)) discard_dir(layout_, tree.dir);
-  discard_dir(layout_, layout_.sandbox(sandbox));
-  if (record->state == SandboxState::Clearing) {
-    catalog_.set_state(sandbox, SandboxState::None);
-    return;
-  }
-  for (const auto& s : catalog_.snapshots(sandbox, true)) {
-    std::error_code ec;
-    fs::remove(file(s), ec);
-  }
-  std::error_code ec;
-  fs::remove_all(layout_.snapshots(sandbox), ec);
-  catalog_.drop_destroyed(sandbox);
-}
-
 SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string& label, const std::string& reason,
                                    const ArchiveProgressFn& progress) {
   SnapshotRecord record;

@@ -11,13 +11,13 @@
 // Taking a snapshot: archive to a temporary file, fsync, record a pending
 // catalog row, rename, mark the row complete, prune. A crash at any step
 // leaves either no snapshot (temporary file, removed by recovery) or a
-// complete one (recovery verifies and completes a pending row).
+// complete one (recovery verifies and completes a pending row). What the
+// catalog's state says around these steps is lifecycle.h.
 #pragma once
 
 #include "persistence/archive.h"
 #include "persistence/catalog.h"
 
-#include <functional>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -72,17 +72,6 @@ class SnapshotStore {
   // does not match.
   ExtractResult restore(const SnapshotRecord& snapshot, std::optional<std::pair<unsigned, unsigned>> owner,
                         const ArchiveProgressFn& progress = {});
-
-  // Destroys the sandbox in crash order: the catalog records the destroy
-  // (Catalog::begin_destroy), then finish_destroy. A crash before the first
-  // step leaves the old sandbox, after it recovery finishes the destroy.
-  // discard_live drops the live directories wholesale when the sandbox has
-  // its own filesystem (RecoveryHooks::discard_live; false: it has none).
-  using DiscardLive = std::function<bool(const std::string& sandbox)>;
-  void destroy(const std::string& sandbox, bool keep_snapshots, const DiscardLive& discard_live = {});
-  // The rest of a destroy the catalog recorded: the live directories, then
-  // (unless "clearing") the archives, then the rows. Idempotent.
-  void finish_destroy(const std::string& sandbox, const DiscardLive& discard_live = {});
 
   // Deletes the file, then the row.
   void remove(const SnapshotRecord& snapshot);

@@ -86,7 +86,8 @@ class ManagerImpl {
   void save_sessions(ManagedSandbox& sandbox, std::chrono::milliseconds timeout);
   void bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record);
   std::string restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
-                             const ProgressFn& progress, persistence::SandboxState state_on_failure);
+                             const ProgressFn& progress, persistence::SandboxState state_on_failure,
+                             const persistence::SandboxRecord* before = nullptr);
   void record_lost_processes(ManagedSandbox& sandbox);
   bool teardown(const std::shared_ptr<ManagedSandbox>& sandbox);
   void idle_main();

@@ -1,10 +1,12 @@
 // The manager's persistent lifecycle: catalog entries, the per-sandbox lock,
 // saved sessions, idle teardown, snapshots, restores, destroy and shutdown.
-// Order of every step is what makes a crash harmless (docs/persistence.md):
-// the live directories are the truth until a complete snapshot is recorded
-// and the catalog says "stopped"; only then are they removed.
+// The crash-ordered sequences themselves are persistence/lifecycle.h (the
+// crash test runs the same functions); this file adds the host side: the
+// box's processes, its filesystem (through the driver), what the caller is
+// told.
 #include "sandbox/manager_impl.h"
 
+#include "persistence/lifecycle.h"
 #include "persistence/recovery.h"
 
 #include <spdlog/spdlog.h>
@@ -200,18 +202,12 @@ void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::Sandbox
   } catch (const std::exception& e) {
     spdlog::warn("sandbox {}: could not bring its sessions back: {}", sandbox.id(), e.what());
   }
-  if (record.state != SandboxState::Active) {
-    try {
-      catalog_->set_state(sandbox.id(), SandboxState::Active);
-    } catch (const std::exception& e) {
-      // After a restore the catalog still says "restoring": a crash would
-      // discard what the box writes now. Refuse to run on it (section 8).
-      if (record.state == SandboxState::Stopped || record.state == SandboxState::Restoring) {
-        stop(sandbox);
-        throw state_error(e, codes::kSandboxStartFailed, "cannot record the restored workspace as live");
-      }
-      spdlog::warn("sandbox {}: {}", sandbox.id(), e.what());  // the live directories are the truth either way
-    }
+  try {
+    persistence::activate(*catalog_, sandbox.id(), record.state,
+                          {.warn = [&](const std::string& line) { spdlog::warn("sandbox {}: {}", sandbox.id(), line); }});
+  } catch (const std::exception& e) {
+    stop(sandbox);  // refuse to run on a restore the catalog does not hold as live (section 8)
+    throw state_error(e, codes::kSandboxStartFailed, "cannot record the restored workspace as live");
   }
   std::lock_guard lock(sandbox.mutex_);
   sandbox.torn_down_ = false;
@@ -219,7 +215,8 @@ void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::Sandbox
 }
 
 std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
-                                        const ProgressFn& progress, SandboxState state_on_failure) {
+                                        const ProgressFn& progress, SandboxState state_on_failure,
+                                        const persistence::SandboxRecord* before) {
   auto start = Clock::now();
   {
     std::lock_guard lock(sandbox.mutex_);
@@ -234,14 +231,18 @@ std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persisten
   }
   persistence::ExtractResult result;
   try {
-    catalog_->set_state(sandbox.id(), SandboxState::Restoring, snapshot.id);
-    result = driver_->import_workspace(*store_, snapshot, owner(sandbox), progress_adapter(progress, "restoring " + snapshot.id));
+    persistence::Restore steps;
+    steps.snapshot = &snapshot;
+    steps.owner = [&] { return owner(sandbox); };
+    steps.extract = [&](std::optional<std::pair<unsigned, unsigned>> owner, const persistence::ArchiveProgressFn& p) {
+      return driver_->import_workspace(*store_, snapshot, owner, p);
+    };
+    steps.progress = progress_adapter(progress, "restoring " + snapshot.id);
+    steps.on_failure = state_on_failure;
+    steps.before = before;
+    steps.hooks.warn = [&](const std::string& line) { spdlog::error("sandbox {}: {}", sandbox.id(), line); };
+    result = persistence::restore(*catalog_, *store_, steps);
   } catch (const std::exception& e) {
-    try {
-      catalog_->set_state(sandbox.id(), state_on_failure, state_on_failure == SandboxState::Stopped ? snapshot.id : "");
-    } catch (const std::exception& again) {
-      spdlog::error("sandbox {}: after a failed restore: {}", sandbox.id(), again.what());
-    }
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_.reset();
     if (persistence::disk_full(e)) throw state_error(e, codes::kNoSpace, "could not restore snapshot " + snapshot.id);
@@ -285,48 +286,41 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
       std::lock_guard lock(idle_mutex_);
       idle_backoff_[sandbox->id()] = Clock::now() + retry;  // a full disk stays full for a while
     }
-    try {
-      catalog_->set_state(sandbox->id(), SandboxState::Active);
-    } catch (const std::exception&) {
-      // "snapshotting" means the same to recovery and to the next call.
-    }
     std::lock_guard lock(sandbox->mutex_);
     sandbox->phase_.reset();
     return false;
   };
-  try {
-    catalog_->set_state(sandbox->id(), SandboxState::Snapshotting);
-  } catch (const std::exception& e) {
-    return give_up("teardown", e);  // nothing stopped yet: the sandbox keeps running
-  }
-  save_sessions(*sandbox, std::chrono::seconds(2));
-  record_lost_processes(*sandbox);
-  // Processes first: nothing writes to the workspace while it is archived.
-  stop(*sandbox);
-  persistence::SnapshotRecord snapshot;
-  try {
-    snapshot = driver_->export_workspace(*store_, sandbox->id(), "", "idle");
-    catalog_->set_state(sandbox->id(), SandboxState::Stopped);
-  } catch (const std::exception& e) {
-    {
-      // The next call starts on the live directories and its notice says why
-      // (what a restore would refuse, the snapshot refuses first).
-      std::lock_guard lock(sandbox->mutex_);
-      sandbox->kept_live_ = std::string("the idle snapshot failed, so the live workspace was kept and the sandbox "
-                                        "restarted on it (running processes ended): ") + e.what();
+  persistence::Teardown steps;
+  steps.sandbox = sandbox->id();
+  steps.stop = [&] {
+    save_sessions(*sandbox, std::chrono::seconds(2));
+    record_lost_processes(*sandbox);
+    stop(*sandbox);
+  };
+  steps.take = [&] { return driver_->export_workspace(*store_, sandbox->id(), "", "idle"); };
+  steps.live_dirs = {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()};
+  steps.discard_live = [&] { return driver_->drop_storage(sandbox->dirs().root); };  // its own filesystem goes whole
+  steps.keep_snapshots = options_.keep_snapshots;
+  steps.hooks.warn = [&](const std::string& line) { spdlog::warn("sandbox {}: {}", sandbox->id(), line); };
+  auto result = persistence::tear_down(*catalog_, *store_, steps);
+  if (result.error) {
+    try {
+      std::rethrow_exception(result.error);
+    } catch (const std::exception& e) {
+      if (!result.stopped) return give_up("teardown", e);  // nothing stopped yet: the sandbox keeps running
+      {
+        // The next call starts on the live directories and its notice says why
+        // (what a restore would refuse, the snapshot refuses first).
+        std::lock_guard lock(sandbox->mutex_);
+        sandbox->kept_live_ = std::string("the idle snapshot failed, so the live workspace was kept and the sandbox "
+                                          "restarted on it (running processes ended): ") + e.what();
+      }
+      return give_up("snapshot", e);
     }
-    return give_up("snapshot", e);
   }
-  if (!driver_->drop_storage(sandbox->dirs().root)) {  // its own filesystem goes whole (disk.h)
-    for (const auto& dir : {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()})
-      persistence::discard_dir(layout_, dir);
-  }
-  try {
-    for (const auto& gone : store_->prune(sandbox->id(), options_.keep_snapshots))
-      spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
-  } catch (const std::exception& e) {
-    spdlog::warn("sandbox {}: retention: {}", sandbox->id(), e.what());
-  }
+  const persistence::SnapshotRecord& snapshot = result.snapshot;
+  for (const auto& gone : result.pruned)
+    spdlog::info("sandbox {}: snapshot {} removed by retention", sandbox->id(), gone.id);
   {
     std::lock_guard lock(sandbox->mutex_);
     sandbox->phase_.reset();
@@ -403,11 +397,12 @@ std::optional<std::string> ManagerImpl::idle_step(const std::shared_ptr<ManagedS
 std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persistence::SandboxRecord& record,
                                     const ProgressFn& progress) {
   if (record.state == SandboxState::Clearing) {
-    store_->finish_destroy(sandbox.id());
+    fs::path root = sandbox.dirs().root;  // its own filesystem goes whole, as in destroy()
+    persistence::finish_destroy(*catalog_, *store_, sandbox.id(),
+                                [&](const std::string&) { return driver_->drop_storage(root); });
     return "";
   }
-  auto snapshot = record.restore_snapshot.empty() ? catalog_->latest_snapshot(sandbox.id())
-                                                  : catalog_->find_snapshot(record.restore_snapshot);
+  auto snapshot = persistence::resume_target(*catalog_, record);
   // Never an empty box in place of a lost workspace (docs/design.md section 4).
   if (!snapshot)
     throw SandboxError(codes::kSnapshotCorrupt,
@@ -452,13 +447,14 @@ SnapshotInfo ManagerImpl::restore(const std::string& conversation, const std::st
                                              "shows the ones there are");
   auto start = Clock::now();
   auto record = catalog_->find_sandbox(sandbox->id());
-  SandboxState before = record ? record->state : SandboxState::None;
   if (sandbox->running()) {
     save_sessions(*sandbox, std::chrono::seconds(2));
     record_lost_processes(*sandbox);
     stop(*sandbox);
   }
-  restore_locked(*sandbox, *snapshot, progress, before == SandboxState::Stopped ? SandboxState::Stopped : SandboxState::Active);
+  // A failure puts back what the catalog said (the target a stopped sandbox
+  // restores next included); without a row, the live directories stand.
+  restore_locked(*sandbox, *snapshot, progress, SandboxState::Active, record ? &*record : nullptr);
   start_agent(*sandbox);
   bring_back(*sandbox, *catalog_->find_sandbox(sandbox->id()));
   return {*snapshot, std::chrono::milliseconds(ms_since(start))};
@@ -485,7 +481,8 @@ bool ManagerImpl::destroy(const std::string& conversation, bool keep_snapshots) 
   // conversation; the next call starts empty, as after any destroy.
   try {
     fs::path root = sandbox->dirs().root;  // its own filesystem goes whole, once the catalog has the destroy
-    store_->destroy(sandbox->id(), keep_snapshots, [&](const std::string&) { return driver_->drop_storage(root); });
+    persistence::destroy(*catalog_, *store_, sandbox->id(), keep_snapshots,
+                         [&](const std::string&) { return driver_->drop_storage(root); });
   } catch (const std::exception& e) {
     // Re-read from the catalog on the next call: the old sandbox if the
     // destroy was not recorded, else a fresh one (recovery finishes it).

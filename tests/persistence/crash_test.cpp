@@ -6,6 +6,7 @@
 // archive, no unfinished restore, every recorded snapshot present and
 // matching its digest) and that every file written before the kill is
 // still there, live or in the latest snapshot.
+#include "persistence/lifecycle.h"
 #include "persistence/recovery.h"
 #include "persistence/sandbox_lock.h"
 
@@ -229,7 +230,8 @@ StateLayout destroy_setup(const fs::path& root) {
 
 [[noreturn]] void destroy_cycle(const StateLayout& layout, bool keep_snapshots) {
   Catalog catalog(layout.catalog());
-  SnapshotStore(layout, catalog).destroy(kSandbox, keep_snapshots);
+  SnapshotStore store(layout, catalog);
+  destroy(catalog, store, kSandbox, keep_snapshots);
   _exit(0);
 }
 

@@ -73,3 +73,25 @@ TEST_CASE("manager: a damaged snapshot is refused as SNAPSHOT_CORRUPT and the wo
   CHECK(restore.text.find(id) != std::string::npos);
   CHECK(tools.checked("file_read", {{"path", "live.txt"}}).structured["content"] == "live");
 }
+
+TEST_CASE("manager: a damaged snapshot restored into a stopped sandbox leaves what the next call restores",
+          "[tools][lifecycle][manager]") {
+  ManagerFixture real;
+  ToolHarness tools(real.sandboxes.get());
+  tools.checked("file_write", {{"path", "live.txt"}, {"content", "old"}});
+  std::string old_id = tools.checked("sandbox_snapshot", {{"label", "old"}}).structured["snapshot"];
+  tools.checked("file_write", {{"path", "live.txt"}, {"content", "latest"}});
+  REQUIRE(real.sandboxes->manager().teardown("test"));  // stopped: the idle snapshot is the truth
+  for (const auto& s : real.sandboxes->snapshots("test")) {
+    if (s.id != old_id) continue;
+    std::fstream archive(real.state_dir / s.path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(archive);
+    archive.seekp(20);
+    archive.write("damaged", 7);
+  }
+  auto restore = tools.checked("sandbox_restore", {{"snapshot", old_id}});
+  CHECK(error_code(restore) == "SNAPSHOT_CORRUPT");
+  // The failed snapshot did not become the workspace's truth: the next call
+  // restores the idle snapshot, as it would have before.
+  CHECK(tools.checked("file_read", {{"path", "live.txt"}}).structured["content"] == "latest");
+}
