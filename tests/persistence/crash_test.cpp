@@ -1,11 +1,15 @@
-// Crash tests: a child process runs the persistence steps of idle teardown
-// (snapshotting → archive → stopped → live directories removed) and restore
-// (restoring → extract → swap → active) in the order Manager uses, and is
-// SIGKILLed at 60 points spread over that work. After each kill, recovery
-// runs and the test checks that the catalog is consistent (no temporary
-// archive, no unfinished restore, every recorded snapshot present and
-// matching its digest) and that every file written before the kill is
-// still there, live or in the latest snapshot.
+// Crash tests: a child process runs the real crash-ordered sequences of
+// persistence/lifecycle.h, as the manager runs them: an idle teardown
+// (tear_down: snapshotting → archive → stopped → live directories removed →
+// prune) and the next call's restore (resume_target, restore: restoring →
+// extract → swap; activate: active), or a destroy. It is SIGKILLed either
+// at a time spread over that work (60 points, landing inside the archive
+// and the extraction too) or at each step the sequences name
+// (LifecycleHooks::reached). After each kill, recovery runs and the test
+// checks that the catalog is consistent (no temporary archive, no
+// unfinished restore, every recorded snapshot present and matching its
+// digest) and that every file written before the kill is still there, live
+// or in the latest snapshot.
 #include "persistence/lifecycle.h"
 #include "persistence/recovery.h"
 #include "persistence/sandbox_lock.h"
@@ -14,6 +18,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -34,20 +39,54 @@ const std::string kSandbox = "crashbox";
 
 void write_file(const fs::path& p, const std::string& content) { std::ofstream(p, std::ios::binary) << content; }
 
-// One teardown then one restore, as Manager::teardown and restore_locked do.
-[[noreturn]] void cycle(const StateLayout& layout) {
-  Catalog catalog(layout.catalog());
-  SnapshotStore store(layout, catalog);
-  catalog.set_state(kSandbox, SandboxState::Snapshotting);
-  store.take(kSandbox, "", "idle");
-  catalog.set_state(kSandbox, SandboxState::Stopped);
-  for (const auto& t : layout.trees(kSandbox)) discard_dir(layout, t.dir);
-  store.prune(kSandbox, 3);
-  auto latest = catalog.latest_snapshot(kSandbox);
-  catalog.set_state(kSandbox, SandboxState::Restoring, latest->id);
-  store.restore(*latest, std::nullopt);
-  catalog.set_state(kSandbox, SandboxState::Active);
-  _exit(0);
+// The steps tear_down, restore and activate name, in the order one cycle
+// reaches them.
+const char* const kCycleSteps[] = {"snapshotting", "box stopped", "snapshot taken", "stopped", "live discarded",
+                                   "pruned",       "restoring",   "swapped",        "active"};
+
+// Hooks that SIGKILL the process at the step named die_at (none: never).
+LifecycleHooks dying_at(const char* die_at) {
+  LifecycleHooks hooks;
+  if (die_at)
+    hooks.reached = [die_at](const char* step) {
+      if (std::strcmp(step, die_at) == 0) raise(SIGKILL);
+    };
+  return hooks;
+}
+
+// What the next call does for a sandbox the catalog holds as stopped
+// (Manager::resume_stopped, then bring_back once the box runs). False when
+// the catalog has no snapshot to restore.
+bool resume(Catalog& catalog, SnapshotStore& store, const SandboxRecord& record, const LifecycleHooks& hooks) {
+  auto target = resume_target(catalog, record);
+  if (!target) return false;
+  Restore steps;
+  steps.snapshot = &*target;
+  steps.on_failure = SandboxState::Stopped;
+  steps.hooks = hooks;
+  restore(catalog, store, steps);
+  activate(catalog, record.id, record.state, hooks);
+  return true;
+}
+
+// One idle teardown then the next call's restore, as Manager::teardown and
+// acquire run them (the box itself is not started). Exits 0 when both ran.
+[[noreturn]] void cycle(const StateLayout& layout, const char* die_at = nullptr) {
+  try {
+    Catalog catalog(layout.catalog());
+    SnapshotStore store(layout, catalog);
+    Teardown steps;
+    steps.sandbox = kSandbox;
+    fs::path dir = layout.sandbox(kSandbox);
+    steps.live_dirs = {dir / "workspace", dir / "home", dir / "tmp"};
+    steps.keep_snapshots = 3;
+    steps.hooks = dying_at(die_at);
+    if (tear_down(catalog, store, steps).error) _exit(2);
+    auto record = catalog.find_sandbox(kSandbox);
+    _exit(record && resume(catalog, store, *record, steps.hooks) ? 0 : 3);
+  } catch (...) {
+    _exit(4);  // not a crash: the parent sees an exit, never a signal
+  }
 }
 
 std::set<std::string> generation_files(const fs::path& workspace) {
@@ -57,20 +96,21 @@ std::set<std::string> generation_files(const fs::path& workspace) {
   return out;
 }
 
-// Brings the sandbox back to "active" with live directories (what the next
-// call would do) and returns the acknowledged files it holds.
+// Brings the sandbox back to Active with live directories (what the next
+// call does, with the same functions) and returns the acknowledged files it
+// holds.
 std::set<std::string> bring_back(const StateLayout& layout, Catalog& catalog) {
   auto sb = catalog.find_sandbox(kSandbox);
   REQUIRE(sb);
   INFO("state after recovery: " << state_name(sb->state));
   REQUIRE((sb->state == SandboxState::Active || sb->state == SandboxState::Stopped));
   if (sb->state == SandboxState::Stopped) {
-    auto snap = sb->restore_snapshot.empty() ? catalog.latest_snapshot(kSandbox) : catalog.find_snapshot(sb->restore_snapshot);
-    REQUIRE(snap);
-    SnapshotStore(layout, catalog).restore(*snap, std::nullopt);
-    catalog.set_state(kSandbox, SandboxState::Active);
+    SnapshotStore store(layout, catalog);
+    REQUIRE(resume(catalog, store, *sb, {}));
   }
   REQUIRE(fs::exists(layout.sandbox(kSandbox) / "workspace"));
+  fs::create_directories(layout.sandbox(kSandbox) / "tmp");  // as the box's start makes it
+  write_file(layout.sandbox(kSandbox) / "tmp" / "scratch", "the box's /tmp");
   return generation_files(layout.sandbox(kSandbox) / "workspace");
 }
 
@@ -81,32 +121,57 @@ void check_consistent(const StateLayout& layout, Catalog& catalog) {
     REQUIRE(fs::exists(layout.root / s.path));
     CHECK(file_digest(layout.root / s.path) == s.digest);
   }
-  for (const auto& e : fs::directory_iterator(layout.snapshots(kSandbox)))
+  std::error_code ec;  // none before the first snapshot
+  for (const auto& e : fs::directory_iterator(layout.snapshots(kSandbox), ec))
     CHECK(e.path().string().find(".tmp-") == std::string::npos);
   for (const auto& e : fs::directory_iterator(layout.sandbox(kSandbox)))
     CHECK(e.path().filename().string().rfind(".restore-", 0) != 0);
 }
 
-}  // namespace
+// Recovery after a kill, then the checks every kill point must pass.
+void recover_and_check(const StateLayout& layout, const std::set<std::string>& acked, std::size_t big_size,
+                       const std::string& point) {
+  Catalog catalog(layout.catalog());
+  auto report = recover(layout, catalog);
+  CHECK(report.skipped.empty());
+  check_consistent(layout, catalog);
+  auto present = bring_back(layout, catalog);
+  for (const auto& f : acked) {
+    INFO("kill point " << point << ": " << f);
+    CHECK(present.count(f));
+  }
+  fs::path ws = layout.sandbox(kSandbox) / "workspace";
+  REQUIRE(fs::exists(ws / "big.bin"));
+  CHECK(fs::file_size(ws / "big.bin") == big_size);
+}
 
-TEST_CASE("SIGKILL at 60 points during teardown and restore loses nothing and leaves a consistent catalog") {
-  StateLayout layout{fs::temp_directory_path() / ("agentbox-crash-" + std::to_string(getpid()))};
+// A sandbox with live directories (many files, a big one of big_size).
+StateLayout cycle_setup(const std::string& name, std::size_t big_size) {
+  StateLayout layout{fs::temp_directory_path() / ("agentbox-" + name + "-" + std::to_string(getpid()))};
   fs::remove_all(layout.root);
   fs::create_directories(layout.sandboxes());
   fs::path ws = layout.sandbox(kSandbox) / "workspace";
   fs::create_directories(ws / "acked");
   fs::create_directories(layout.sandbox(kSandbox) / "home");
+  fs::create_directories(layout.sandbox(kSandbox) / "tmp");
   fs::create_directories(ws / "many");
   for (int i = 0; i < 800; ++i) write_file(ws / "many" / ("f" + std::to_string(i)), std::string(200 + i, 'a' + i % 26));
-  std::string big(4 << 20, '\0');
+  std::string big(big_size, '\0');
   std::mt19937 rng(42);
   for (auto& c : big) c = static_cast<char>(rng() % 64);  // compressible, not trivially
   write_file(ws / "big.bin", big);
-  {
-    Catalog catalog(layout.catalog());
-    catalog.sandbox_for("crash", [] { return kSandbox; });
-    catalog.set_state(kSandbox, SandboxState::Active);
-  }
+  Catalog catalog(layout.catalog());
+  catalog.sandbox_for("crash", [] { return kSandbox; });
+  catalog.set_state(kSandbox, SandboxState::Active);
+  return layout;
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL at 60 points during teardown and restore loses nothing and leaves a consistent catalog") {
+  constexpr std::size_t kBig = 4 << 20;
+  StateLayout layout = cycle_setup("crash", kBig);
+  fs::path ws = layout.sandbox(kSandbox) / "workspace";
 
   // How long an uninterrupted cycle takes, to spread the kill points over it.
   auto start = Clock::now();
@@ -137,21 +202,36 @@ TEST_CASE("SIGKILL at 60 points during teardown and restore loses nothing and le
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     killed_mid_way += WIFSIGNALED(status);
+    CHECK((WIFSIGNALED(status) || WEXITSTATUS(status) == 0));
     // Leftover deletions from discard_dir threads died with the child.
-    Catalog catalog(layout.catalog());
-    auto report = recover(layout, catalog);
-    CHECK(report.skipped.empty());
-    check_consistent(layout, catalog);
-    auto present = bring_back(layout, catalog);
-    for (const auto& f : acked) {
-      INFO("kill point " << point << ": " << f);
-      CHECK(present.count(f));
-    }
-    ws = layout.sandbox(kSandbox) / "workspace";
-    REQUIRE(fs::exists(ws / "big.bin"));
-    CHECK(fs::file_size(ws / "big.bin") == big.size());
+    recover_and_check(layout, acked, kBig, std::to_string(point));
   }
   CHECK(killed_mid_way >= kMidWay);
+  fs::remove_all(layout.root);
+}
+
+// The same, killed exactly at each step the sequences name: between two
+// catalog writes too, where a timed kill rarely lands.
+TEST_CASE("SIGKILL at each step of teardown and restore loses nothing and leaves a consistent catalog") {
+  constexpr std::size_t kBig = 64 << 10;
+  StateLayout layout = cycle_setup("crash-steps", kBig);
+  fs::path ws = layout.sandbox(kSandbox) / "workspace";
+  std::set<std::string> acked;
+  for (const char* step : kCycleSteps) {
+    std::string name = std::string("at-") + step;
+    for (char& c : name) c = c == ' ' ? '-' : c;
+    write_file(ws / "acked" / name, name);
+    acked.insert(name);
+    pid_t pid = fork();
+    if (pid == 0) cycle(layout, step);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    INFO("step " << step);
+    // Killed there: the step was reached, under this name.
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+    recover_and_check(layout, acked, kBig, step);
+  }
   fs::remove_all(layout.root);
 }
 
@@ -228,10 +308,14 @@ StateLayout destroy_setup(const fs::path& root) {
   return layout;
 }
 
-[[noreturn]] void destroy_cycle(const StateLayout& layout, bool keep_snapshots) {
+// The destroy's steps, in order; a Clearing (keep_snapshots) stops after
+// the directories.
+const char* const kDestroySteps[] = {"tombstone", "directories discarded", "archives removed"};
+
+[[noreturn]] void destroy_cycle(const StateLayout& layout, bool keep_snapshots, const char* die_at = nullptr) {
   Catalog catalog(layout.catalog());
   SnapshotStore store(layout, catalog);
-  destroy(catalog, store, kSandbox, keep_snapshots);
+  destroy(catalog, store, kSandbox, keep_snapshots, {}, dying_at(die_at));
   _exit(0);
 }
 
@@ -314,5 +398,18 @@ TEST_CASE("SIGKILL at many points during destroy leaves the old sandbox or none,
   INFO("old " << old_state << ", new " << new_state);
   CHECK(old_state > 0);
   CHECK(new_state > 0);
+  // At each step: once the tombstone is written, the destroy is done.
+  for (const char* step : kDestroySteps) {
+    if (keep && std::strcmp(step, "archives removed") == 0) continue;
+    INFO("step " << step);
+    layout = destroy_setup(root);
+    pid = fork();
+    if (pid == 0) destroy_cycle(layout, keep, step);
+    waitpid(pid, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+    Catalog catalog(layout.catalog());
+    recover(layout, catalog);
+    CHECK(destroyed_or_intact(layout, catalog, keep));
+  }
   fs::remove_all(root);
 }
