@@ -190,19 +190,19 @@ int snapshot_restore(State& st, const Args& args) {
   if (!before)
     throw std::runtime_error("snapshot " + s.id + " belongs to sandbox " + s.sandbox +
                              ", which the catalog no longer has; unpack it with --to DIR");
-  st.catalog->set_state(s.sandbox, SandboxState::Restoring, s.id);
+  // The server's sequence (persistence/lifecycle.h). A failed restore
+  // touches nothing live and puts back the state it found: not "stopped",
+  // which would make the next server's recovery delete live directories
+  // newer than any snapshot, then retry this archive.
   SnapshotStore store(st.layout, *st.catalog);
-  try {
-    store.restore(s, sandbox_owner(*st.catalog, st.layout, s.sandbox), progress_bar("restoring"));
-  } catch (...) {
-    // A failed restore touches nothing live, so the sandbox is as it was.
-    // Not "stopped": that would make the next server's recovery delete live
-    // directories newer than any snapshot, then retry this archive.
-    st.catalog->put_back_state(*before);
-    throw;
-  }
+  Restore steps;
+  steps.snapshot = &s;
+  steps.owner = [&] { return sandbox_owner(*st.catalog, st.layout, s.sandbox); };
+  steps.progress = progress_bar("restoring");
+  steps.before = &*before;
+  restore(*st.catalog, store, steps);
   end_bar();
-  st.catalog->set_state(s.sandbox, SandboxState::Active);
+  activate(*st.catalog, s.sandbox, SandboxState::Restoring);
   std::printf("sandbox %s now holds snapshot %s; its next call starts on it\n", s.sandbox.c_str(), s.id.c_str());
   return 0;
 }
