@@ -28,7 +28,9 @@ function run(command, args, options = {}) {
 /** The uid and gid of the normal user, created when missing. */
 function normalUser() {
   if (run('id', ['-u', USER]).status !== 0) {
-    const made = run('useradd', ['--create-home', '--shell', '/bin/bash', USER]);
+    // A group of that name left behind (its user deleted by hand) is reused.
+    const group = run('getent', ['group', USER]).status === 0 ? ['-g', USER] : [];
+    const made = run('useradd', ['--create-home', '--shell', '/bin/bash', ...group, USER]);
     assert.equal(made.status, 0, `cannot create the user ${USER}: ${made.stderr}`);
   }
   return { uid: Number(run('id', ['-u', USER]).stdout), gid: Number(run('id', ['-g', USER]).stdout) };

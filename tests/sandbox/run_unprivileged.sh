@@ -16,7 +16,9 @@ fi
 
 user=agentbox-test
 if ! id -u "$user" >/dev/null 2>&1; then
-  useradd --create-home --shell /bin/bash "$user" || { echo "FAIL: cannot create user $user" >&2; exit 1; }
+  # A group of that name left behind (its user deleted by hand) is reused.
+  group=(); getent group "$user" >/dev/null && group=(-g "$user")
+  useradd --create-home --shell /bin/bash "${group[@]}" "$user" || { echo "FAIL: cannot create user $user" >&2; exit 1; }
 fi
 # The user must reach both binaries. A checkout under /root (mode 0700) is out
 # of its reach: run copies from a directory of their own instead.
