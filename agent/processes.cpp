@@ -2,6 +2,7 @@
 
 #include "os/errno_text.h"
 #include "agent/spawn.h"
+#include "agent/services.h"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -35,6 +36,7 @@ struct ProcessTable::Record {
   int stdin_fd = -1;
   std::string status_bytes;  // the reaper's report arrives as 4 raw bytes
   bool kill_requested = false;
+  bool service = false;  // restart "on-restore": kept in the services file (services.h)
   std::condition_variable changed;
 };
 
@@ -103,7 +105,7 @@ void write_text_file(const std::string& path, const std::string& content) {
 }
 
 ProcessTable::ProcessTable(IoLoop& io, const AgentConfig& config, SessionResolver resolve)
-    : io_(io), config_(config), resolve_(std::move(resolve)) {
+    : io_(io), config_(config), resolve_(std::move(resolve)), services_(sandbox_home(config.environment)) {
   mkdir((std::string(contract::kRuntimeDir) + "/p").c_str(), 0700);
 }
 
@@ -126,6 +128,7 @@ json ProcessTable::describe(const Record& r) const {
   if (shown < r.command.size()) j["command_truncated"] = true;
   j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
   if (!r.signal.empty()) j["signal"] = r.signal;
+  if (r.service) j["restart"] = "on-restore";
   return j;
 }
 
@@ -183,21 +186,74 @@ void ProcessTable::watch_streams(const std::shared_ptr<Record>& record, int out_
 
 json ProcessTable::start(const json& params) {
   std::string command = require_string(params, "command");
+  std::string restart = param_string(params, "restart", "never");
+  if (restart != "never" && restart != "on-restore")
+    throw SandboxError(codes::kInvalidArguments, "restart must be \"never\" or \"on-restore\"");
   SessionContext session = resolve_(param_string(params, "session", "default"));
-  std::string cwd = resolve_path(session.cwd, param_string(params, "cwd", ""));
-  struct stat st;
-  if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::string given = param_string(params, "cwd", "");
-    throw SandboxError(codes::kInvalidCwd, "working directory '" + cwd + "' does not exist or is not a directory" +
-                                               (!given.empty() && given[0] != '/'
-                                                    ? " (a relative cwd resolves against the session's cwd " + session.cwd + ")"
-                                                    : ""));
+  Launch launch;
+  launch.command = command;
+  launch.cwd = resolve_path(session.cwd, param_string(params, "cwd", ""));
+  launch.state_file = session.state_file;
+  for (const auto& [name, value] : param_env(params)) launch.env.emplace_back(name, value);
+  std::string given = param_string(params, "cwd", "");
+  launch.cwd_hint = !given.empty() && given[0] != '/' ? " (a relative cwd resolves against the session's cwd " + session.cwd + ")" : "";
+  if (restart == "on-restore") {
+    Service service;
+    service.command = command;
+    service.cwd = launch.cwd;
+    service.env = launch.env;
+    service.session_state = read_session_state(session.state_file);
+    launch.service = std::move(service);
   }
+  auto record = this->launch(launch);
+  return {{"process_id", record->id}, {"pid", record->pid}, {"status", "running"}};
+}
+
+json ProcessTable::restore_services(const json&) {
+  json started = json::array(), failed = json::array();
+  std::vector<Service> services;
+  try {
+    services = services_.load();
+  } catch (const SandboxError& e) {
+    return {{"started", started}, {"failed", failed}, {"problem", e.what()}};
+  }
+  for (auto& service : services) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = records_.find(service.process_id);
+      if (it != records_.end() && it->second->status == "running") continue;  // this agent runs it already
+    }
+    Launch launch;
+    launch.id = service.process_id;
+    launch.command = service.command;
+    launch.cwd = service.cwd;
+    launch.env = service.env;
+    std::string state = std::string(contract::kRuntimeDir) + "/p/" + service.process_id + ".state";
+    try {
+      write_text_file(state, service.session_state);
+      launch.state_file = state;
+      launch.service = service;
+      launch.record_service = false;  // it is in the file already
+      auto record = this->launch(launch);
+      started.push_back({{"process_id", record->id}, {"command", service.command.substr(0, fit_prefix(service.command, kShownCommandCost, 2))}});
+    } catch (const SandboxError& e) {
+      failed.push_back({{"process_id", service.process_id}, {"error", e.what()}});
+    }
+  }
+  return {{"started", started}, {"failed", failed}};
+}
+
+std::shared_ptr<ProcessTable::Record> ProcessTable::launch(const Launch& launch) {
+  const std::string& cwd = launch.cwd;
+  struct stat st;
+  if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw SandboxError(codes::kInvalidCwd, "working directory '" + cwd + "' does not exist or is not a directory" + launch.cwd_hint);
   std::string prefix;
-  for (const auto& [name, value] : param_env(params)) prefix += name + "=" + shell_quote(value) + " ";
+  for (const auto& [name, value] : launch.env) prefix += name + "=" + shell_quote(value) + " ";
 
   auto record = std::make_shared<Record>(config_.process_head_bytes, config_.process_tail_bytes);
-  record->command = command;
+  record->command = launch.command;
+  record->service = launch.service.has_value();
   {
     std::lock_guard lock(mutex_);
     std::size_t background = 0;
@@ -214,13 +270,23 @@ json ProcessTable::start(const json& params) {
     if (background >= kMaxBackground)
       throw SandboxError(codes::kInvalidArguments, "this sandbox already runs " + std::to_string(kMaxBackground) +
                                                       " background processes; stop some with process_kill");
-    record->id = "proc-" + std::to_string(next_id_++);
+    if (launch.id.empty()) {
+      record->id = "proc-" + std::to_string(next_id_++);
+    } else {
+      record->id = launch.id;  // a service started again keeps its id; new ids continue after it
+      next_id_ = std::max<unsigned>(next_id_, static_cast<unsigned>(std::atoi(launch.id.c_str() + 5)) + 1);
+    }
+  }
+  if (launch.service && launch.record_service) {
+    Service service = *launch.service;
+    service.process_id = record->id;
+    services_.put(service);  // recorded before it runs: a start that cannot be kept is refused
   }
   std::string script = std::string(contract::kRuntimeDir) + "/p/" + record->id + ".sh";
-  write_text_file(script, command + "\n");
+  write_text_file(script, launch.command + "\n");
   // The session's state first (functions, exported variables, aliases), then
   // the command sourced from a file so heredocs and quotes need no escaping.
-  std::string shell = ". " + shell_quote(session.state_file) + " >/dev/null 2>&1; set +e; shopt -s expand_aliases\n" +
+  std::string shell = ". " + shell_quote(launch.state_file) + " >/dev/null 2>&1; set +e; shopt -s expand_aliases\n" +
                       "builtin cd -- " + shell_quote(cwd) + " || exit 126\n" + prefix + ". " + shell_quote(script);
 
   int in[2], out[2], err[2];
@@ -238,6 +304,7 @@ json ProcessTable::start(const json& params) {
     spawned = spawn_supervised(spec);
   } catch (...) {
     for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
+    if (launch.service && launch.record_service) services_.remove(record->id);
     throw;
   }
   for (int fd : {in[0], out[1], err[1]}) close(fd);
@@ -249,7 +316,7 @@ json ProcessTable::start(const json& params) {
     records_[record->id] = record;
   }
   watch_streams(record, out[0], err[0], spawned.status_fd);
-  return {{"process_id", record->id}, {"pid", record->pid}, {"status", "running"}};
+  return record;
 }
 
 json ProcessTable::list(const json& params) {
@@ -380,6 +447,12 @@ json ProcessTable::kill(const json& params) {
       throw SandboxError(codes::kInvalidArguments, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
   }
   if (!record->background) throw SandboxError(codes::kInvalidArguments, record->id + " is the output of a finished exec");
+  if (record->service) {
+    // Stopped on purpose: not started again after a restore.
+    services_.remove(record->id);
+    std::lock_guard lock(mutex_);
+    record->service = false;
+  }
   if (record->reaper <= 0) {
     // Lost at a teardown: nothing to signal (and kill(-1) would hit everything).
   } else if (sig == SIGKILL) {
@@ -495,6 +568,7 @@ void register_process_methods(MethodTable& table, ProcessTable& p) {
   table[contract::methods::kProcessStart] = [&p](AgentRequest& r) { return p.start(r.params()); };
   table[contract::methods::kProcessList] = [&p](AgentRequest& r) { return p.list(r.params()); };
   table[contract::methods::kProcessAdoptLost] = [&p](AgentRequest& r) { return p.adopt_lost(r.params()); };
+  table[contract::methods::kProcessRestoreServices] = [&p](AgentRequest& r) { return p.restore_services(r.params()); };
   table[contract::methods::kProcessOutput] = [&p](AgentRequest& r) { return p.output(r); };
   table[contract::methods::kProcessWait] = [&p](AgentRequest& r) { return p.wait(r); };
   table[contract::methods::kProcessKill] = [&p](AgentRequest& r) { return p.kill(r.params()); };

@@ -9,6 +9,7 @@
 #include "agent/io.h"
 #include "agent/methods.h"
 #include "agent/output_buffer.h"
+#include "agent/services.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -48,6 +49,10 @@ class ProcessTable {
   // Records processes a teardown ended (status "lost"), so process_list
   // after a restore says what happened to them.
   json adopt_lost(const json& params);
+  // Starts the services the services file lists that this agent does not
+  // run (after a restore, a fork or a server restart), each with its old id:
+  // {started[] {process_id, command}, failed[] {process_id, error}, problem?}.
+  json restore_services(const json& params);
   void kill_all();
 
   static constexpr std::size_t kMaxBackground = 64;
@@ -56,6 +61,18 @@ class ProcessTable {
 
  private:
   struct Record;
+  // What a start needs, from process_start or from the services file.
+  struct Launch {
+    std::string id;  // empty: a new one
+    std::string command;
+    std::string cwd;
+    std::string cwd_hint;  // added to an INVALID_CWD message
+    std::string state_file;  // sourced first
+    std::vector<std::pair<std::string, std::string>> env;
+    std::optional<Service> service;  // restart "on-restore"
+    bool record_service = true;  // write it to the services file
+  };
+  std::shared_ptr<Record> launch(const Launch& launch);
   std::shared_ptr<Record> find(const json& params);
   void watch_streams(const std::shared_ptr<Record>& record, int out_fd, int err_fd, int status_fd);
   json describe(const Record& record) const;
@@ -63,6 +80,7 @@ class ProcessTable {
   IoLoop& io_;
   const AgentConfig& config_;
   SessionResolver resolve_;
+  ServiceFile services_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Record>> records_;
   std::deque<std::string> exec_ids_;

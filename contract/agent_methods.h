@@ -25,6 +25,7 @@ inline constexpr const char* kSessionImport = "session.import";
 inline constexpr const char* kProcessStart = "process.start";
 inline constexpr const char* kProcessList = "process.list";
 inline constexpr const char* kProcessAdoptLost = "process.adopt_lost";
+inline constexpr const char* kProcessRestoreServices = "process.restore_services";
 inline constexpr const char* kProcessOutput = "process.output";
 inline constexpr const char* kProcessWait = "process.wait";
 inline constexpr const char* kProcessKill = "process.kill";

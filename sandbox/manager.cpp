@@ -138,7 +138,8 @@ Lease ManagerImpl::acquire(const std::string& conversation, const ProgressFn& pr
                "files in /workspace and /home/user are kept";
     }
     start_agent(*sandbox);
-    bring_back(*sandbox, *record);
+    std::string services = bring_back(*sandbox, *record);
+    if (!services.empty()) notice += (notice.empty() ? "" : "; ") + services;
   }
   std::lock_guard slock(sandbox->mutex_);
   if (!sandbox->kept_live_.empty()) notice += (notice.empty() ? "" : "; ") + std::exchange(sandbox->kept_live_, "");

@@ -84,7 +84,8 @@ class ManagerImpl {
   void take_lock(ManagedSandbox& sandbox);
   void release_lock(ManagedSandbox& sandbox);
   void save_sessions(ManagedSandbox& sandbox, std::chrono::milliseconds timeout);
-  void bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record);
+  // Returns a notice for the call (services started again), or empty.
+  std::string bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record);
   std::string restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,
                              const ProgressFn& progress, persistence::SandboxState state_on_failure,
                              const persistence::SandboxRecord* before = nullptr);

@@ -6,6 +6,7 @@
 // told.
 #include "sandbox/manager_impl.h"
 
+#include "contract/agent_methods.h"
 #include "persistence/lifecycle.h"
 #include "persistence/recovery.h"
 
@@ -174,6 +175,7 @@ void ManagerImpl::record_lost_processes(ManagedSandbox& sandbox) {
     json list = client->call("process.list", json::object(), std::chrono::seconds(2));
     json lost = json::array();
     for (const auto& p : list.value("processes", json::array())) {
+      if (p.value("restart", "") == "on-restore") continue;  // started again after the restore (bring_back)
       if (p.value("status", "") == "running" || p.value("status", "") == "lost")
         lost.push_back({{"process_id", p.value("process_id", "")}, {"command", p.value("command", "")}});
     }
@@ -183,9 +185,43 @@ void ManagerImpl::record_lost_processes(ManagedSandbox& sandbox) {
   }
 }
 
+namespace {
+
+// Asks the agent to start the services its workspace records (agent/
+// services.h); what it says comes from inside the sandbox, so only its
+// shape is used, and the notice is bounded.
+std::string restore_services(AgentClient& client, const std::string& id) {
+  json result = client.call(contract::methods::kProcessRestoreServices, json::object(), std::chrono::seconds(10));
+  std::string started, failed;
+  std::size_t shown = 0;
+  auto add = [&](std::string& to, const std::string& item) {
+    if (++shown > 8) return;
+    to += (to.empty() ? "" : ", ") + item.substr(0, 200);
+  };
+  for (const auto& p : result.value("started", json::array()))
+    if (p.is_object() && p.contains("process_id") && p["process_id"].is_string())
+      add(started, p["process_id"].get<std::string>() +
+                       (p.contains("command") && p["command"].is_string() ? " (" + p["command"].get<std::string>() + ")" : ""));
+  for (const auto& p : result.value("failed", json::array()))
+    if (p.is_object() && p.contains("process_id") && p["process_id"].is_string())
+      add(failed, p["process_id"].get<std::string>() +
+                      (p.contains("error") && p["error"].is_string() ? ": " + p["error"].get<std::string>() : ""));
+  std::string notice;
+  if (!started.empty()) notice = "services started again: " + started;
+  if (!failed.empty()) notice += (notice.empty() ? "" : "; ") + std::string("services that could not start again: ") + failed;
+  if (result.contains("problem") && result["problem"].is_string()) {
+    std::string problem = result["problem"].get<std::string>().substr(0, 400);
+    spdlog::warn("sandbox {}: {}", id, problem);
+    notice += (notice.empty() ? "" : "; ") + problem;
+  }
+  return notice;
+}
+
+}  // namespace
+
 // A freshly started agent gets the sessions and the list of processes a
-// teardown ended back from the catalog.
-void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record) {
+// teardown ended back from the catalog, then starts its services again.
+std::string ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::SandboxRecord& record) {
   auto client = sandbox.client();
   auto sessions = catalog_->sessions(sandbox.id());
   try {
@@ -202,6 +238,13 @@ void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::Sandbox
   } catch (const std::exception& e) {
     spdlog::warn("sandbox {}: could not bring its sessions back: {}", sandbox.id(), e.what());
   }
+  std::string notice;
+  try {
+    notice = restore_services(*client, sandbox.id());
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox {}: could not start its services again: {}", sandbox.id(), e.what());
+    notice = std::string("services were not started again: ") + e.what();
+  }
   try {
     persistence::activate(*catalog_, sandbox.id(), record.state,
                           {.warn = [&](const std::string& line) { spdlog::warn("sandbox {}: {}", sandbox.id(), line); }});
@@ -212,6 +255,7 @@ void ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::Sandbox
   std::lock_guard lock(sandbox.mutex_);
   sandbox.torn_down_ = false;
   sandbox.sessions_saved_ = Clock::now();
+  return notice;
 }
 
 std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persistence::SnapshotRecord& snapshot,

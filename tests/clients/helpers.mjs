@@ -95,13 +95,14 @@ class TestClient extends Client {
 }
 
 /**
- * Starts `agentbox serve --state-dir <tmp> [--test-tools]` and connects an SDK
- * client to it. Returns {client, transport, stderr(), close()}; close() closes
+ * Starts `agentbox serve --state-dir <tmp> [--test-tools]` (or the given
+ * stateDir) and connects an SDK client to it. Returns {client, transport, stderr(), close()}; close() closes
  * the client, waits for the process and removes the state directory.
  */
-export async function startServer({ testTools = true, extraArgs = [], clientName = 'agentbox-sdk-tests' } = {}) {
+export async function startServer({ testTools = true, extraArgs = [], clientName = 'agentbox-sdk-tests', stateDir } = {}) {
   requireBinary();
-  const state = tempDir('agentbox-state-');
+  // A given stateDir is the caller's (a restarted server on the same one): kept on close.
+  const state = stateDir ? { dir: stateDir, cleanup: () => {} } : tempDir('agentbox-state-');
   const args = ['serve', '--state-dir', state.dir];
   if (testTools) args.push('--test-tools');
   args.push(...extraArgs);
