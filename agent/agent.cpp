@@ -2,6 +2,7 @@
 
 #include "agent/file_paths.h"
 #include "agent/files.h"
+#include "agent/freeze.h"
 #include "agent/processes.h"
 #include "agent/session_queue.h"
 #include "agent/sessions.h"
@@ -82,6 +83,7 @@ class AgentServer {
     sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
     register_session_methods(methods_, *sessions_);
     register_process_methods(methods_, processes_);
+    register_freeze_methods(methods_);
     register_file_methods(methods_, [this](const std::string& name) { return sessions_->context(name); }, config_);
     methods_[contract::methods::kHello] = [](AgentRequest&) {
       return json{{"pid", getpid()}, {"uid", getuid()}, {"version", 1}};

@@ -48,6 +48,7 @@ std::filesystem::path default_state_dir() {
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
   std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle, snapshot_timeout;
+  std::string checkpoint_interval;
   std::string workspace_limit, tmpfs_size;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
@@ -62,6 +63,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
        "a session shell idle this long with no process left running exits; the next command starts a new one "
        "from the saved session state (default 60s; 0 = never)")
       ("keep-snapshots", po::value(&out.keep_snapshots), "unlabelled snapshots kept per sandbox (default 5)")
+      ("checkpoint-interval", po::value(&checkpoint_interval),
+       "a sandbox used since its last snapshot is snapshotted (processes frozen) once that is this old (default "
+       "15m; 0 = never)")
       ("snapshot-timeout", po::value(&snapshot_timeout),
        "a snapshot or restore still running after this is stopped and fails; the workspace is kept (default 10m)")
       ("network", po::value(&network), "none (loopback only, default) or host")
@@ -110,6 +114,7 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   out.state_dir = state_dir.empty() ? default_state_dir() : std::filesystem::path(state_dir);
   if (!idle_timeout.empty()) out.idle_timeout = parse_duration(idle_timeout);
   if (!snapshot_timeout.empty()) out.snapshot_timeout = parse_duration(snapshot_timeout);
+  if (!checkpoint_interval.empty()) out.checkpoint_interval = parse_duration(checkpoint_interval);
   if (!keepalive.empty()) out.background_keepalive = parse_duration(keepalive);
   if (!shell_idle.empty()) out.shell_idle = parse_duration(shell_idle);
   if (!network.empty()) {

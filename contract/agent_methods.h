@@ -16,6 +16,10 @@ namespace agentbox::contract {
 namespace methods {
 inline constexpr const char* kHello = "hello";    // {pid, uid, version}
 inline constexpr const char* kStatus = "status";  // {sessions, processes}
+// Every other process of the box stopped with SIGSTOP, and continued
+// (agent/freeze.h): the freeze where the host has no cgroup freezer.
+inline constexpr const char* kBoxFreeze = "box.freeze";
+inline constexpr const char* kBoxThaw = "box.thaw";
 inline constexpr const char* kExec = "exec";
 inline constexpr const char* kSessionCreate = "session.create";
 inline constexpr const char* kSessionList = "session.list";

@@ -1,5 +1,6 @@
 #include "sandbox/bwrap_driver.h"
 
+#include "contract/agent_methods.h"
 #include "os/errno_text.h"
 #include "persistence/sandbox_lock.h"
 #include "sandbox/freezer.h"
@@ -68,8 +69,8 @@ class BwrapBox final : public Box {
     cgroup_.reset();  // kills stragglers and removes the group
     freezer_.reset();
   }
-  FreezeResult freeze() override { return freezer_ ? freezer_->freeze() : FreezeResult{false, "the box is stopped"}; }
-  FreezeResult thaw() override { return freezer_ ? freezer_->thaw() : FreezeResult{false, "the box is stopped"}; }
+  FreezeResult freeze() override;
+  FreezeResult thaw() override;
   double cpu_quota() const override { return cgroup_ ? cgroup_->cpu_quota() : 0; }
   bool limits_memory() const override { return cgroup_ && cgroup_->limits_memory(); }
   bool limits_pids() const override { return cgroup_ && cgroup_->limits_pids(); }
@@ -80,7 +81,39 @@ class BwrapBox final : public Box {
  private:
   std::unique_ptr<Cgroup> cgroup_;
   std::unique_ptr<Freezer> freezer_;  // after cgroup_: it reads the group
+  bool stopped_by_agent_ = false;      // frozen with SIGSTOP by the agent, not the freezer
 };
+
+// The cgroup freezer where the host has one for the box; else the agent
+// stops the box's processes itself (agent/freeze.h).
+FreezeResult BwrapBox::freeze() {
+  if (!freezer_) return {false, "the box is stopped", ""};
+  FreezeResult result = freezer_->freeze();
+  if (result.done) {
+    result.method = "cgroup freezer";
+    return result;
+  }
+  if (result.why.rfind("not supported here", 0) != 0 || !client_ || !client_->alive()) return result;
+  try {
+    client_->call(contract::methods::kBoxFreeze, json::object(), std::chrono::seconds(5));
+  } catch (const std::exception& e) {
+    return {false, result.why + "; stopping its processes from inside failed too: " + e.what(), ""};
+  }
+  stopped_by_agent_ = true;
+  return {true, "", "SIGSTOP"};
+}
+
+FreezeResult BwrapBox::thaw() {
+  if (!freezer_) return {false, "the box is stopped", ""};
+  if (!stopped_by_agent_) return freezer_->thaw();
+  try {
+    client_->call(contract::methods::kBoxThaw, json::object(), std::chrono::seconds(5));
+  } catch (const std::exception& e) {
+    return {false, std::string("the agent could not continue the box's processes: ") + e.what(), ""};
+  }
+  stopped_by_agent_ = false;
+  return {true, "", "SIGSTOP"};
+}
 
 void BwrapBox::release() {
   if (gate_ < 0) return;
@@ -268,6 +301,10 @@ void BwrapDriver::remove_stale() {
     } catch (const std::exception&) {
       continue;
     }
+    // A server killed during a snapshot leaves its box frozen: its
+    // processes cannot even die of SIGKILL until thawed (they then see their
+    // agent's stdin closed and end; the group goes at the next start).
+    if (thaw_left_frozen(group)) spdlog::warn("thawed {}, left frozen by a server that stopped during a snapshot", group.string());
     // Fails (EBUSY) when processes are still inside; they are no server's.
     if (rmdir(group.c_str()) == 0) spdlog::info("removed the stale cgroup {}", group.string());
   }

@@ -34,6 +34,7 @@ struct ManagerOptions;
 struct FreezeResult {
   bool done = false;
   std::string why;
+  std::string method;  // when done: "cgroup freezer" or "SIGSTOP" (agent/freeze.h)
 };
 
 // One running box: what the driver holds between start and stop.

@@ -37,6 +37,19 @@ std::set<pid_t> read_pids(const fs::path& procs) {
   return pids;
 }
 
+}  // namespace
+
+bool thaw_left_frozen(const fs::path& group) {
+  if (read_control_file(group / "freezer.state").rfind("FROZEN", 0) == 0 ||
+      read_control_file(group / "freezer.state").rfind("FREEZING", 0) == 0)
+    return write_value(group / "freezer.state", "THAWED").empty();
+  if (read_control_file(group / "cgroup.freeze").rfind("1", 0) == 0)
+    return write_value(group / "cgroup.freeze", "0").empty();
+  return false;
+}
+
+namespace {
+
 // Freezing takes effect once every task has stopped: the kernel says when.
 bool wait_for(const std::function<bool()>& done) {
   for (int i = 0; i < 400; ++i) {

@@ -41,6 +41,11 @@ class Freezer {
   bool frozen_ = false;
 };
 
+// Thaws a group a server that crashed mid-snapshot left frozen (v1
+// freezer.state, v2 cgroup.freeze), so its processes can end and the group
+// can go. True when it was frozen.
+bool thaw_left_frozen(const std::filesystem::path& group);
+
 // The v1 freezer parent of sandbox groups (<freezer>/<own>/agentbox), or
 // empty where v1 has no freezer mounted.
 std::filesystem::path v1_freezer_parent();

@@ -259,6 +259,7 @@ void ManagerImpl::start_agent(ManagedSandbox& sandbox_ref) {
     std::lock_guard slock(sandbox->mutex_);
     sandbox->previous_client_ = std::move(sandbox->client_);
     sandbox->client_ = std::move(client);
+    sandbox->captured_ = std::chrono::steady_clock::now();  // what it starts on is a snapshot, or new
   }
   spdlog::info("sandbox {} started for conversation '{}'", sandbox->id_, sandbox->conversation_);
 }

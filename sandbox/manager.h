@@ -58,6 +58,10 @@ struct ManagerOptions {
   std::chrono::milliseconds background_keepalive{60 * 60 * 1000};
   // Unlabelled snapshots kept per sandbox (labelled ones are always kept).
   std::size_t keep_snapshots = 5;
+  // A sandbox used since its last snapshot gets a checkpoint (a snapshot,
+  // reason "checkpoint", processes frozen) once its last one is this old,
+  // so a host crash loses at most this much of a busy workspace; zero never.
+  std::chrono::milliseconds checkpoint_interval{15 * 60 * 1000};
   // A snapshot or restore still running after this is stopped and fails.
   std::chrono::milliseconds snapshot_timeout = persistence::kDefaultArchiveTimeout;
   // How long a call waits for a sandbox another server drives.
@@ -111,6 +115,10 @@ class Sandbox {
 struct SnapshotInfo {
   persistence::SnapshotRecord record;
   std::chrono::milliseconds duration{0};
+  // How long the box's processes were stopped while the snapshot read the
+  // workspace (one instant); none when they were not, and freeze says why.
+  std::optional<std::chrono::milliseconds> frozen;
+  std::string freeze;  // how: "cgroup freezer" or "SIGSTOP"; or why not
 };
 
 // A sandbox held for one call; releases on destruction (for LRU accounting).

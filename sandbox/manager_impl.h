@@ -41,12 +41,19 @@ class ManagedSandbox final : public Sandbox {
   std::string kept_live_;  // why the last idle teardown kept the live workspace; guarded by mutex_
   persistence::SandboxLock lock_;  // this server drives the sandbox; guarded by lifecycle_
   std::chrono::steady_clock::time_point sessions_saved_;
+  // When its workspace was last captured (started, restored or snapshotted):
+  // what the checkpoint interval counts from; guarded by mutex_.
+  std::chrono::steady_clock::time_point captured_;
   std::shared_ptr<AgentClient> previous_client_;  // outlives a restart, for leases still holding it
   std::unique_ptr<PreparedSandbox> prepared_;  // claimed when the conversation was new; used by its first start
   bool owner_recorded_ = false;  // catalog owner_pid set for the lock held; guarded by lifecycle_
 
   friend class ManagerImpl;
 };
+
+// Shared by the manager's files.
+std::int64_t ms_since(std::chrono::steady_clock::time_point start);
+persistence::ArchiveProgressFn progress_adapter(const ProgressFn& progress, const std::string& what);
 
 class ManagerImpl {
  public:
@@ -91,6 +98,13 @@ class ManagerImpl {
                              const persistence::SandboxRecord* before = nullptr);
   void record_lost_processes(ManagedSandbox& sandbox);
   bool teardown(const std::shared_ptr<ManagedSandbox>& sandbox);
+  // A snapshot of a running sandbox, its processes frozen while the
+  // workspace is read (manager_snapshots.cpp); the caller holds lifecycle_.
+  SnapshotInfo take_frozen(ManagedSandbox& sandbox, const std::string& label, const std::string& reason,
+                           const ProgressFn& progress);
+  // A checkpoint of a sandbox used since its workspace was last captured,
+  // once that is checkpoint_interval old (idle thread).
+  void checkpoint_step(const std::shared_ptr<ManagedSandbox>& sandbox);
   void idle_main();
   std::optional<std::string> idle_step(const std::shared_ptr<ManagedSandbox>& sandbox,
                                        std::chrono::steady_clock::time_point last_used);

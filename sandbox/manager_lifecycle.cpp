@@ -22,8 +22,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using persistence::SandboxState;
 
-namespace {
-
 std::int64_t ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
@@ -37,8 +35,6 @@ persistence::ArchiveProgressFn progress_adapter(const ProgressFn& progress, cons
              what + ": " + std::to_string(p.files) + " entries, " + std::to_string(p.bytes >> 20) + " MiB");
   };
 }
-
-}  // namespace
 
 // A failure to write the state directory: NO_SPACE naming the filesystem and
 // what to free when the disk is full (docs/design.md section 8), else `code`.
@@ -393,6 +389,7 @@ void ManagerImpl::idle_main() {
     }
     for (const auto& sandbox : all) {
       if (!sandbox->running()) continue;
+      checkpoint_step(sandbox);  // busy ones too: a long command is what a checkpoint is for
       Clock::time_point last_used, saved;
       {
         std::lock_guard lock(sandbox->mutex_);
@@ -455,53 +452,6 @@ std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persisten
                            ", which the catalog no longer has; nothing was changed. sandbox_destroy gives a fresh "
                            "workspace; `agentbox doctor` lists what recovery kept aside");
   return restore_locked(sandbox, *snapshot, progress, SandboxState::Stopped);
-}
-
-SnapshotInfo ManagerImpl::snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) {
-  Lease lease = acquire(conversation, progress);
-  auto& sandbox = static_cast<ManagedSandbox&>(lease.sandbox());  // the manager makes no other kind
-  std::lock_guard life(sandbox.lifecycle_);
-  save_sessions(sandbox, std::chrono::seconds(2));
-  auto start = Clock::now();
-  SnapshotInfo info;
-  try {
-    info.record = driver_->export_workspace(*store_, sandbox.id(), label, "manual", progress_adapter(progress, "snapshot"));
-  } catch (const std::exception& e) {
-    throw state_error(e, codes::kSnapshotFailed, "could not snapshot the workspace");
-  }
-  info.duration = std::chrono::milliseconds(ms_since(start));
-  try {
-    store_->prune(sandbox.id(), options_.keep_snapshots);
-  } catch (const std::exception& e) {
-    spdlog::warn("sandbox {}: retention: {}", sandbox.id(), e.what());
-  }
-  return info;
-}
-
-SnapshotInfo ManagerImpl::restore(const std::string& conversation, const std::string& snapshot_id,
-                              const ProgressFn& progress) {
-  auto sandbox = entry(conversation);
-  std::lock_guard life(sandbox->lifecycle_);
-  take_lock(*sandbox);
-  auto snapshot = snapshot_id.empty() ? catalog_->latest_snapshot(sandbox->id()) : catalog_->find_snapshot(snapshot_id);
-  if (!snapshot || snapshot->sandbox != sandbox->id() || !snapshot->complete)
-    throw SandboxError(codes::kSnapshotNotFound,
-                       snapshot_id.empty() ? "this conversation has no snapshot yet; take one with sandbox_snapshot"
-                                           : "no snapshot '" + snapshot_id + "' for this conversation; snapshot_list "
-                                             "shows the ones there are");
-  auto start = Clock::now();
-  auto record = catalog_->find_sandbox(sandbox->id());
-  if (sandbox->running()) {
-    save_sessions(*sandbox, std::chrono::seconds(2));
-    record_lost_processes(*sandbox);
-    stop(*sandbox);
-  }
-  // A failure puts back what the catalog said (the target a stopped sandbox
-  // restores next included); without a row, the live directories stand.
-  restore_locked(*sandbox, *snapshot, progress, SandboxState::Active, record ? &*record : nullptr);
-  start_agent(*sandbox);
-  bring_back(*sandbox, *catalog_->find_sandbox(sandbox->id()));
-  return {*snapshot, std::chrono::milliseconds(ms_since(start))};
 }
 
 std::vector<persistence::SnapshotRecord> ManagerImpl::snapshots(const std::string& conversation) {

@@ -16,7 +16,7 @@ class ManagerLease : public SandboxLease {
   Lease lease_;
 };
 
-SnapshotDone done(SnapshotInfo info) { return {std::move(info.record), info.duration}; }
+SnapshotDone done(SnapshotInfo info) { return {std::move(info.record), info.duration, info.frozen, std::move(info.freeze)}; }
 
 }  // namespace
 

@@ -41,6 +41,8 @@ class SandboxLease {
 struct SnapshotDone {
   persistence::SnapshotRecord record;
   std::chrono::milliseconds duration{0};
+  std::optional<std::chrono::milliseconds> frozen;  // processes stopped this long (one instant); none: not frozen
+  std::string freeze;  // how it was frozen, or why not
 };
 
 // A conversation's sandbox as this server runs it (SandboxView::running).

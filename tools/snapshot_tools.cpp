@@ -39,10 +39,14 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
         const auto& s = info.record;
         json out = {{"snapshot", s.id},          {"bytes", s.bytes},          {"files", s.files},
                     {"duration_ms", info.duration.count()}, {"label", label_json(s.label)},
-                    {"created_at", s.created_at}, {"digest", s.digest}};
+                    {"created_at", s.created_at}, {"digest", s.digest},
+                    {"frozen_ms", info.frozen ? json(info.frozen->count()) : json(nullptr)}, {"freeze", info.freeze}};
+        std::string instant = info.frozen ? " Processes frozen " + std::to_string(info.frozen->count()) + " ms (" +
+                                                info.freeze + "): one instant."
+                                          : " Processes were not frozen (" + info.freeze + ").";
         reply(ToolResult::ok(out, "Snapshot " + s.id + (label.empty() ? "" : " '" + label + "'") + ": " +
                                       std::to_string(s.files) + " entries, " + megabytes(s.bytes) + " compressed, in " +
-                                      std::to_string(info.duration.count()) + " ms."));
+                                      std::to_string(info.duration.count()) + " ms." + instant));
       } catch (const SandboxError& e) {
         reply(error_result(e));
       }

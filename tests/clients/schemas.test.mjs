@@ -68,10 +68,12 @@ describe('tools/list', () => {
   test('the listing stays small (every conversation pays for it)', () => {
     const chars = JSON.stringify({ tools }).length;
     console.log(`tools/list: ${tools.length} tools, ${chars} characters`);
-    // 34,832 characters before issue 11, 28,876 after its sweep. The bound
-    // leaves room for a few new optional properties, not for another round of
-    // long descriptions or per-tool parameters that do nothing.
-    assert.ok(chars < 30_000, `tools/list is ${chars} characters`);
+    // 34,832 characters before issue 11, 28,876 after its sweep; 30,575 with
+    // issue 14's restart, frozen_ms/freeze and the status's unknown state.
+    // The bound leaves room for a few new optional properties, not for
+    // another round of long descriptions or per-tool parameters that do
+    // nothing; a new tool moves it on purpose, in the commit that adds it.
+    assert.ok(chars < 31_000, `tools/list is ${chars} characters`);
   });
 });
 

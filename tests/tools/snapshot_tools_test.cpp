@@ -13,7 +13,8 @@ using namespace agentbox::tools::test;
 
 TEST_CASE("fake sandboxes: sandbox_snapshot reports the record, its label and progress", "[tools][snapshot][fake]") {
   FakeSandboxes fake;
-  fake.done = {snapshot_record("snap1", "before refactor"), std::chrono::milliseconds(120)};
+  fake.done = {snapshot_record("snap1", "before refactor"), std::chrono::milliseconds(120),
+               std::chrono::milliseconds(35), "cgroup freezer"};
   fake.progress_steps = {10, 60};
   ToolHarness tools(&fake);
   auto context = std::make_shared<TestContext>("c1");
@@ -21,8 +22,9 @@ TEST_CASE("fake sandboxes: sandbox_snapshot reports the record, its label and pr
   CHECK(tools.wrong_shape("sandbox_snapshot", result) == "");
   CHECK(result.structured == json{{"snapshot", "snap1"}, {"bytes", 2'500'000}, {"files", 42}, {"duration_ms", 120},
                                   {"label", "before refactor"}, {"created_at", "2026-12-01T10:00:00Z"},
-                                  {"digest", "sha256:00"}});
-  CHECK(result.text == "Snapshot snap1 'before refactor': 42 entries, 2.5 MB compressed, in 120 ms.");
+                                  {"digest", "sha256:00"}, {"frozen_ms", 35}, {"freeze", "cgroup freezer"}});
+  CHECK(result.text == "Snapshot snap1 'before refactor': 42 entries, 2.5 MB compressed, in 120 ms. Processes "
+                       "frozen 35 ms (cgroup freezer): one instant.");
   CHECK(fake.calls == std::vector<std::string>{"snapshot c1 before refactor"});
   auto reports = context->reports();
   REQUIRE(reports.size() == 2);
@@ -33,6 +35,13 @@ TEST_CASE("fake sandboxes: sandbox_snapshot reports the record, its label and pr
   auto unlabelled = tools.call("sandbox_snapshot");
   CHECK(tools.wrong_shape("sandbox_snapshot", unlabelled) == "");
   CHECK(unlabelled.structured["label"].is_null());
+
+  fake.done.frozen.reset();  // a box that could not be frozen: said so, and still in the schema
+  fake.done.freeze = "the box is not running";
+  auto unfrozen = tools.call("sandbox_snapshot");
+  CHECK(tools.wrong_shape("sandbox_snapshot", unfrozen) == "");
+  CHECK(unfrozen.structured["frozen_ms"].is_null());
+  CHECK(unfrozen.text.find("Processes were not frozen (the box is not running).") != std::string::npos);
 }
 
 TEST_CASE("fake sandboxes: a snapshot that cannot be written is an error result with its code", "[tools][snapshot][fake]") {
