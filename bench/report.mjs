@@ -3,7 +3,7 @@
 // ratios, all measured in this run. Called by bench/run after the Release build.
 //
 // Usage: node bench/report.mjs --build DIR [--quick] [--json FILE]
-//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench]
+//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench,freeze_bench]
 //
 // Benchmarks written later plug in by convention: `node bench/NAME.mjs --json
 // --bin AGENTBOX` prints one JSON object whose `rows` array holds
@@ -204,6 +204,19 @@ function snapshot(opts, buildDir) {
   }
 }
 
+/** bench/freeze_bench (native): how long a snapshot of a running sandbox keeps it frozen. */
+function freezeBench(opts, buildDir) {
+  const g = 'freeze_bench';
+  const native = join(buildDir, 'bench', 'freeze_bench');
+  if (!existsSync(join(HERE, 'freeze_bench.cpp'))) return [missing(g, g)];
+  if (!existsSync(native)) return [failed(g, g, `${native} not built`)];
+  const r = run(native, [join(buildDir, 'agentbox-agent'), opts.quick ? '20000' : '100000', opts.quick ? '1' : '3'], 900_000);
+  if (!r.ok) return [failed(g, g, r.error)];
+  const m = /running sandbox, (\d+) files: frozen median (\d+) ms \(([^;]+); whole snapshot (\d+) ms\); tar --zstd -cf of the tree: median (\d+) ms; ratio ([\d.]+)/.exec(r.stdout);
+  if (!m) return [failed(g, g, 'output not understood')];
+  return [row(g, `snapshot of a running sandbox, ${m[1]} files: processes frozen (${m[3]}) vs tar --zstd -cf of the tree`, +m[2], `${m[5]} (tar --zstd -cf)`, 'ms', +m[6], '<= 1', +m[6] <= 1)];
+}
+
 // ---- the table ------------------------------------------------------------------------
 
 function table(rows) {
@@ -242,6 +255,7 @@ function main() {
     ['peers', () => peers(opts, bin)],
     ['exec_bench', () => execBench(opts, bin)],
     ['snapshot_bench', () => snapshot(opts, opts.build)],
+    ['freeze_bench', () => freezeBench(opts, opts.build)],
   ];
   const rows = benches.filter(([name]) => !opts.only || opts.only.includes(name)).flatMap(([, f]) => f());
   const header = `agentbox benchmarks — ${started.toISOString()} — ${bin}${opts.quick ? ' (quick)' : ''}\n` +
