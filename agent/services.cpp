@@ -1,5 +1,6 @@
 #include "agent/services.h"
 
+#include "agent/file_io.h"
 #include "agent/processes.h"
 #include "contract/errors.h"
 #include "os/errno_text.h"
@@ -55,6 +56,18 @@ json to_json(const Service& s) {
           {"session_state", s.session_state}};
 }
 
+// Reads fd to its end into out; false (and stops) once out holds more than cap.
+bool read_capped(int fd, std::size_t cap, std::string& out) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return true;
+    out.append(buffer, static_cast<std::size_t>(n));
+    if (out.size() > cap) return false;
+  }
+}
+
 std::string read_bounded(const std::string& path, bool& absent) {
   absent = false;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -69,18 +82,9 @@ std::string read_bounded(const std::string& path, bool& absent) {
     unreadable(path, "is not a regular file");
   }
   std::string data;
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(buffer, static_cast<std::size_t>(n));
-    if (data.size() > ServiceFile::kMaxFileBytes) {
-      close(fd);
-      unreadable(path, "is over 4 MiB");
-    }
-  }
+  bool whole = read_capped(fd, ServiceFile::kMaxFileBytes, data);
   close(fd);
+  if (!whole) unreadable(path, "is over 4 MiB");
   return data;
 }
 
@@ -96,20 +100,12 @@ std::string read_session_state(const std::string& path) {
   std::string text;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return text;  // a session that never saved any: nothing to source
-  char buffer[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-    if (text.size() > ServiceFile::kMaxStateBytes) {
-      close(fd);
-      throw SandboxError(codes::kInvalidArguments,
-                         "the session's state (its functions and variables) is over 256 KiB, too large to keep for a "
-                         "restart; start the service from a session with less state, or without restart");
-    }
-  }
+  bool whole = read_capped(fd, ServiceFile::kMaxStateBytes, text);
   close(fd);
+  if (!whole)
+    throw SandboxError(codes::kInvalidArguments,
+                       "the session's state (its functions and variables) is over 256 KiB, too large to keep for a "
+                       "restart; start the service from a session with less state, or without restart");
   return text;
 }
 
@@ -165,13 +161,8 @@ void ServiceFile::save(const std::vector<Service>& services) const {
   mkdir(dir.c_str(), 0700);
   json list = json::array();
   for (const auto& s : services) list.push_back(to_json(s));
-  std::string text = json({{"services", list}}).dump(1) + "\n";
   // Replaced by rename, so a reader never sees half a file.
-  std::string tmp = path_ + ".tmp";
-  unlink(tmp.c_str());
-  write_text_file(tmp, text);
-  if (rename(tmp.c_str(), path_.c_str()) != 0)
-    throw SandboxError(codes::kInternal, os::errno_text("rename " + tmp, errno));
+  replace_file(path_, json({{"services", list}}).dump(1) + "\n", mode_t{0600}, /*sync=*/false, /*no_replace=*/false);
 }
 
 }  // namespace agentbox::agent

@@ -6,6 +6,7 @@
 // with a workspace of FILES small files. Medians, and image/plain ratios.
 // Needs root (else both columns are plain directories; it says so).
 // Usage: disk_bench AGENT_BINARY [rounds, default 10] [files, default 2000]
+#include "bench/figures.h"
 #include "sandbox/manager.h"
 
 #include <spdlog/spdlog.h>
@@ -21,14 +22,12 @@ using namespace agentbox::sandbox;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
+using agentbox::bench::median;
+using agentbox::bench::ms_since;
+
 namespace {
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Figures {
   std::vector<double> start, teardown, restore;

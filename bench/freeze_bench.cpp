@@ -10,6 +10,7 @@
 //   tests/sandbox/run_unprivileged.sh bench/freeze_bench $(pwd)/agentbox-agent - [FILES] [ROUNDS]
 //     as the normal user (no cgroup: the agent's SIGSTOP); "-" takes the agent
 //     run_unprivileged.sh passes in AGENTBOX_TEST_AGENT.
+#include "bench/figures.h"
 #include "sandbox/manager.h"
 
 #include <spdlog/spdlog.h>
@@ -28,14 +29,7 @@ using namespace agentbox::sandbox;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-}  // namespace
+using agentbox::bench::median;
 
 int main(int argc, char** argv) {
   if (argc < 2) {

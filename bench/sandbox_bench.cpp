@@ -9,6 +9,7 @@
 //      side) and of every process of one idle sandbox: with its session
 //      shell alive, and after the shell idled out (--shell-idle-ms).
 // Usage: sandbox_bench AGENT_BINARY [iterations] [gap_ms between cold starts, default 150]
+#include "bench/figures.h"
 #include "bench/bare_plan.h"
 #include "sandbox/bwrap_plan.h"
 #include "sandbox/manager.h"
@@ -29,14 +30,12 @@ using namespace agentbox::sandbox;
 using Clock = std::chrono::steady_clock;
 extern char** environ;
 
+using agentbox::bench::median;
+using agentbox::bench::ms_since;
+
 namespace {
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void run_and_wait(std::vector<std::string> argv, bool drop) {
   std::vector<char*> args;
