@@ -48,7 +48,7 @@ std::filesystem::path default_state_dir() {
 
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
   std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle, snapshot_timeout;
-  std::string checkpoint_interval;
+  std::string checkpoint_interval, warm_cache;
   std::string workspace_limit, tmpfs_size;
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
@@ -66,6 +66,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
       ("checkpoint-interval", po::value(&checkpoint_interval),
        "a sandbox used since its last snapshot is snapshotted (processes frozen) once that is this old (default "
        "15m; 0 = never)")
+      ("warm-cache", po::value(&warm_cache),
+       "stopped workspaces kept ready on disk after an idle teardown, least recently used dropped first, e.g. 20G "
+       "(default: 10% of the state filesystem's free space; 0 = none, every restore extracts its archive)")
       ("snapshot-timeout", po::value(&snapshot_timeout),
        "a snapshot or restore still running after this is stopped and fails; the workspace is kept (default 10m)")
       ("network", po::value(&network), "none (loopback only, default) or host")
@@ -115,6 +118,7 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   if (!idle_timeout.empty()) out.idle_timeout = parse_duration(idle_timeout);
   if (!snapshot_timeout.empty()) out.snapshot_timeout = parse_duration(snapshot_timeout);
   if (!checkpoint_interval.empty()) out.checkpoint_interval = parse_duration(checkpoint_interval);
+  if (!warm_cache.empty()) out.warm_cache = sandbox::parse_size(warm_cache);
   if (!keepalive.empty()) out.background_keepalive = parse_duration(keepalive);
   if (!shell_idle.empty()) out.shell_idle = parse_duration(shell_idle);
   if (!network.empty()) {

@@ -21,6 +21,7 @@ struct ServeOptions {
   std::size_t keep_snapshots = 5;  // unlabelled snapshots kept per sandbox
   std::chrono::milliseconds checkpoint_interval{15 * 60 * 1000};  // a busy sandbox's snapshot at most this old; 0 = never
   std::chrono::milliseconds snapshot_timeout{10 * 60 * 1000};  // one snapshot or restore at most
+  std::optional<std::uint64_t> warm_cache;  // bytes of stopped workspaces kept ready; none: 10% of free space
   std::string network = "none";  // none | host
   std::optional<std::string> conversation;
   std::string record_file;

@@ -60,6 +60,7 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.background_keepalive = options->background_keepalive;
   sandbox_options.keep_snapshots = options->keep_snapshots;
   sandbox_options.checkpoint_interval = options->checkpoint_interval;
+  sandbox_options.warm_cache = options->warm_cache;
   sandbox_options.snapshot_timeout = options->snapshot_timeout;
   sandbox_options.agent_args.insert(sandbox_options.agent_args.end(),
                                     {"--shell-idle-ms", std::to_string(options->shell_idle.count())});

@@ -200,6 +200,8 @@ int snapshot_restore(State& st, const Args& args) {
   steps.owner = [&] { return sandbox_owner(*st.catalog, st.layout, s.sandbox); };
   steps.progress = progress_bar("restoring");
   steps.before = &*before;
+  ParkedDirs parked(st.layout);  // a warm copy is used or dropped (a parked disk image: recovery drops it)
+  steps.warm = &parked;
   restore(*st.catalog, store, steps);
   end_bar();
   activate(*st.catalog, s.sandbox, SandboxState::Restoring);

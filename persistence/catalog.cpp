@@ -1,4 +1,5 @@
 #include "persistence/catalog.h"
+#include "persistence/catalog_sql.h"
 
 #include <sqlite3.h>
 
@@ -64,48 +65,18 @@ constexpr const char* kMigrations[] = {
       CREATE UNIQUE INDEX host_ids_gid ON host_ids(gid) WHERE legacy = 0;
       INSERT INTO host_ids (sandbox_id, uid, gid, legacy) SELECT id, 65534, 65534, 1 FROM sandboxes;
     )sql",
+    // 4: stopped workspaces kept ready on disk (docs/design.md section 9,
+    // "Warm restore"): which snapshot a sandbox's parked storage holds.
+    R"sql(
+      CREATE TABLE warm (
+        sandbox_id TEXT PRIMARY KEY,
+        snapshot_id TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        stamp TEXT NOT NULL,
+        cached_at TEXT NOT NULL);
+    )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
-
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-      throw CatalogError(std::string("catalog: cannot prepare statement: ") + sqlite3_errmsg(db));
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-
-  Statement& bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& bind(int i, std::int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  // True while there is a row.
-  bool step() {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw CatalogError(std::string("catalog: ") + sqlite3_errmsg(db_), rc & 0xff);
-  }
-  void run() {
-    while (step()) {
-    }
-  }
-  std::string text(int col) const {
-    auto p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)))
-             : std::string();
-  }
-  std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-};
 
 constexpr const char* kSandboxColumns =
     "s.id, c.id, s.state, s.created_at, s.updated_at, s.owner_pid, s.restore_snapshot, s.lost_processes FROM sandboxes s "
@@ -192,27 +163,6 @@ void Catalog::exec(const char* sql) {
     std::string why = error ? error : sqlite3_errmsg(db_);
     sqlite3_free(error);
     throw CatalogError("catalog " + file_.string() + ": " + why, rc & 0xff);
-  }
-}
-
-template <typename Fn>
-auto Catalog::transaction(Fn&& fn) -> decltype(fn()) {
-  std::lock_guard lock(mutex_);
-  // IMMEDIATE takes the write lock up front, so two servers never both read
-  // then both write (no SQLITE_BUSY half-way through, no lost update).
-  exec("BEGIN IMMEDIATE");
-  try {
-    if constexpr (std::is_void_v<decltype(fn())>) {
-      fn();
-      exec("COMMIT");
-    } else {
-      auto result = fn();
-      exec("COMMIT");
-      return result;
-    }
-  } catch (...) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
   }
 }
 
@@ -306,12 +256,14 @@ void Catalog::remove_sandbox(const std::string& sandbox) {
     Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM warm WHERE sandbox_id = ?").bind(1, sandbox).run();
   });
 }
 
 void Catalog::begin_destroy(const std::string& sandbox, bool keep_snapshots) {
   transaction([&] {
     Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM warm WHERE sandbox_id = ?").bind(1, sandbox).run();
     if (!keep_snapshots) Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = '', lost_processes = '[]', updated_at = ? "
                    "WHERE id = ?")

@@ -88,6 +88,18 @@ struct HostIds {
 };
 inline constexpr unsigned kLegacySandboxId = 65534;
 
+// A stopped sandbox's workspace kept ready on disk (docs/design.md section 9,
+// "Warm restore"): its live storage parked as it was when `snapshot` was
+// taken, so a restore of that snapshot starts on it without extracting. The
+// row exists only while the parked storage holds exactly that snapshot.
+struct WarmRecord {
+  std::string sandbox;
+  std::string snapshot;
+  std::uint64_t bytes = 0;  // what the parked storage takes on the state filesystem
+  std::string stamp;        // the driver's check that it is unchanged since it was parked
+  std::string cached_at;    // when it was parked: least recently used goes first
+};
+
 // Host ids reserved for sandboxes: uids uid_start.., gids gid_start.., count of each.
 struct IdRange {
   std::uint32_t uid_start = 0;
@@ -101,7 +113,7 @@ std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -172,6 +184,15 @@ class Catalog {
   std::optional<SnapshotRecord> find_snapshot(const std::string& id);
   std::optional<SnapshotRecord> latest_snapshot(const std::string& sandbox);
   void remove_snapshot(const std::string& id);
+
+  // The warm cache's rows (catalog_warm.cpp). set_warm replaces the
+  // sandbox's row; take_warm removes it and returns what it was (the parked
+  // storage is then the caller's to use or drop: a crash after it leaves
+  // storage no row claims, which recovery drops). Oldest first.
+  void set_warm(const WarmRecord& warm);
+  std::optional<WarmRecord> find_warm(const std::string& sandbox);
+  std::optional<WarmRecord> take_warm(const std::string& sandbox);
+  std::vector<WarmRecord> warm_records();
 
  private:
   void migrate();

@@ -47,8 +47,21 @@ TeardownResult tear_down(Catalog& catalog, SnapshotStore& store, const Teardown&
     return give_up(catalog, t.sandbox, std::move(result));
   }
   reached(t.hooks, "stopped");
-  // Only now is the snapshot the truth: the live directories may go.
-  if (!t.discard_live || !t.discard_live())
+  // Only now is the snapshot the truth: the live directories may go, or
+  // stay as its warm copy. A row is written only once they are parked.
+  if (t.park) {
+    try {
+      WarmRecord warm = t.park->park(t.sandbox, result.snapshot);
+      reached(t.hooks, "parked");
+      catalog.set_warm(warm);
+      result.warm = std::move(warm);
+      reached(t.hooks, "warm recorded");
+    } catch (const std::exception& e) {
+      warn(t.hooks, std::string("not kept warm: ") + e.what());
+      t.park->drop(t.sandbox);
+    }
+  }
+  if (!result.warm && (!t.discard_live || !t.discard_live()))
     for (const auto& dir : t.live_dirs) discard_dir(store.layout(), dir);
   reached(t.hooks, "live discarded");
   try {
@@ -65,14 +78,32 @@ std::optional<SnapshotRecord> resume_target(Catalog& catalog, const SandboxRecor
                                          : catalog.find_snapshot(record.restore_snapshot);
 }
 
-ExtractResult restore(Catalog& catalog, SnapshotStore& store, const Restore& r) {
+RestoreResult restore(Catalog& catalog, SnapshotStore& store, const Restore& r) {
   const SnapshotRecord& snapshot = *r.snapshot;
-  ExtractResult result;
+  RestoreResult result;
   try {
     catalog.set_state(snapshot.sandbox, SandboxState::Restoring, snapshot.id);
     reached(r.hooks, "restoring");
+    // The row goes before its storage is touched: from here on a crash
+    // leaves storage no row names (recovery drops it), never a row that
+    // names storage a box ran on.
+    if (auto warm = r.warm ? catalog.take_warm(snapshot.sandbox) : std::nullopt) {
+      reached(r.hooks, "warm taken");
+      result.cache_miss = warm->snapshot == snapshot.id ? r.warm->unpark(*warm)
+                                                        : "its cached copy holds snapshot " + warm->snapshot;
+      if (result.cache_miss.empty()) {
+        result.warm = true;
+        result.extract.files = snapshot.files;
+        result.extract.digest = snapshot.digest;
+        reached(r.hooks, "swapped");
+        return result;
+      }
+      r.warm->drop(snapshot.sandbox);
+    } else if (r.warm && r.warm->parked(snapshot.sandbox)) {
+      r.warm->drop(snapshot.sandbox);  // no row names it
+    }
     auto owner = r.owner ? r.owner() : std::nullopt;
-    result = r.extract ? r.extract(owner, r.progress) : store.restore(snapshot, owner, r.progress);
+    result.extract = r.extract ? r.extract(owner, r.progress) : store.restore(snapshot, owner, r.progress);
   } catch (const std::exception&) {
     // The store touched nothing live (store.h), so the old truth stands.
     try {

@@ -4,10 +4,10 @@
 // copy stale, so a SIGKILL between any two steps leaves a state recovery
 // (recovery.h) repairs without losing a file:
 //
-//   teardown  Snapshotting → stop the box → take → Stopped → discard the live
-//             directories → prune
-//   restore   Restoring (target recorded) → extract → swap; Active once the
-//             box runs on it (activate)
+//   teardown  Snapshotting → stop the box → take → Stopped → park the live
+//             storage and record it warm (or discard it) → prune
+//   restore   Restoring (target recorded) → take the warm row → unpark it,
+//             or extract → swap; Active once the box runs on it (activate)
 //   destroy   Destroying / Clearing tombstone → live trees and directory to
 //             trash → archives → rows (Clearing: None)
 //
@@ -17,6 +17,7 @@
 #pragma once
 
 #include "persistence/store.h"
+#include "persistence/warm.h"
 
 #include <exception>
 #include <filesystem>
@@ -51,6 +52,10 @@ struct Teardown {
   // Drops them wholesale (the sandbox's own filesystem); false when it has
   // none, and live_dirs go one by one.
   std::function<bool()> discard_live;
+  // Set: the live storage is parked as the warm copy of the snapshot just
+  // taken instead of discarded (docs/design.md section 9, "Warm restore").
+  // A failure to park or to record it discards, as without it.
+  ParkedStorage* park = nullptr;
   std::size_t keep_snapshots = 5;
   LifecycleHooks hooks;
 };
@@ -61,6 +66,7 @@ struct TeardownResult {
   std::exception_ptr error;
   bool stopped = false;  // whether the box was stopped before it gave up
   SnapshotRecord snapshot;
+  std::optional<WarmRecord> warm;  // what was parked and recorded
   std::vector<SnapshotRecord> pruned;  // removed by retention (a failure there goes to warn)
 };
 
@@ -87,14 +93,24 @@ struct Restore {
   // (Catalog::put_back_state), so a snapshot that failed to restore never
   // becomes the target the next start restores (sandbox_restore).
   const SandboxRecord* before = nullptr;
+  // Set: a warm copy of this snapshot is used instead of the archive when
+  // its row names it and it comes back; any other parked storage is dropped.
+  ParkedStorage* warm = nullptr;
   LifecycleHooks hooks;
 };
 
-// Restoring (the snapshot recorded as the target) → extract → swap. The
-// catalog stays Restoring until activate(): a crash before then discards
-// the restored trees and leaves Stopped on the same target. Throws what the
-// store threw, after storing on_failure.
-ExtractResult restore(Catalog& catalog, SnapshotStore& store, const Restore& restore);
+struct RestoreResult {
+  ExtractResult extract;  // from the archive; from the warm copy: the snapshot's own counts
+  bool warm = false;      // started on the warm copy, no extraction
+  std::string cache_miss;  // a warm copy was there and could not be used: why
+};
+
+// Restoring (the snapshot recorded as the target) → the warm row taken →
+// its storage back, or extract → swap. The catalog stays Restoring until
+// activate(): a crash before then discards the restored trees and leaves
+// Stopped on the same target (parked storage no row names is dropped by
+// recovery). Throws what the store threw, after storing on_failure.
+RestoreResult restore(Catalog& catalog, SnapshotStore& store, const Restore& restore);
 
 // Active: the live directories are the truth (again). `before` is the state
 // the start found. After a restore (Stopped or Restoring) a failure to

@@ -19,7 +19,13 @@ bool is_temp_archive(const std::string& name) { return name.find(".tar.zst.tmp-"
 class Recovery {
  public:
   Recovery(const StateLayout& layout, Catalog& catalog, bool rebuild, const RecoveryHooks& hooks)
-      : layout_(layout), catalog_(catalog), store_(layout, catalog), rebuild_(rebuild), hooks_(hooks) {}
+      : layout_(layout),
+        catalog_(catalog),
+        store_(layout, catalog),
+        rebuild_(rebuild),
+        hooks_(hooks),
+        dirs_(layout),
+        parked_(hooks.parked ? *hooks.parked : static_cast<ParkedStorage&>(dirs_)) {}
 
   RecoveryReport run() {
     guarded("the unknown directories", [&] { leftovers(); });
@@ -33,11 +39,13 @@ class Recovery {
       // or the others': it is logged and retried at the next start.
       guarded("sandbox " + sandbox.id, [&] {
         if (sandbox.state == SandboxState::Destroying || sandbox.state == SandboxState::Clearing) {
+          parked_.drop(sandbox.id);  // a warm copy goes with it
           finish_destroy(catalog_, store_, sandbox.id, hooks_.discard_live);
           act("sandbox " + sandbox.id + ": a destroy was cut short; finished");
           return;
         }
         snapshots(sandbox.id);
+        if (warm(sandbox)) return;
         live(sandbox);
       });
     }
@@ -127,6 +135,39 @@ class Recovery {
   void set_aside(const fs::path& file) {
     std::error_code ec;
     fs::rename(file, fs::path(file.string() + ".corrupt"), ec);
+  }
+
+  // The warm copy (warm.h): kept, dropped, or adopted when the archive it
+  // copies is gone. True when it was adopted (the sandbox is done).
+  bool warm(const SandboxRecord& sandbox) {
+    auto row = catalog_.find_warm(sandbox.id);
+    bool parked = parked_.parked(sandbox.id);
+    if (!row && !parked) return false;
+    std::optional<SnapshotRecord> target;
+    if (sandbox.state == SandboxState::Stopped) target = resume_target(catalog_, sandbox);
+    std::error_code ec;
+    bool keep = row && parked && target && target->id == row->snapshot;
+    if (keep && !fs::exists(store_.file(*target), ec) && !fs::exists(layout_.sandbox(sandbox.id) / "workspace", ec)) {
+      catalog_.take_warm(sandbox.id);
+      std::string why = parked_.unpark(*row);
+      if (why.empty()) {
+        catalog_.set_state(sandbox.id, SandboxState::Active);
+        act("sandbox " + sandbox.id + ": its snapshot " + target->id +
+            " is gone; its warm copy is moved back and adopted");
+        return true;
+      }
+      act("sandbox " + sandbox.id + ": its snapshot " + target->id + " is gone and its warm copy cannot be used (" +
+          why + "); kept aside at " + move_aside(layout_, layout_.sandbox(sandbox.id), sandbox.id + "-warm").string());
+      return false;
+    }
+    if (keep) return false;
+    if (row) catalog_.take_warm(sandbox.id);
+    if (parked) {
+      parked_.drop(sandbox.id);
+      act("sandbox " + sandbox.id + ": dropped a warm copy that " +
+          (row ? "does not hold what the sandbox restores next" : std::string("no catalog row names")));
+    }
+    return false;
   }
 
   void live(const SandboxRecord& sandbox) {
@@ -271,6 +312,8 @@ class Recovery {
   RecoveryReport report_;
   bool rebuild_;
   const RecoveryHooks& hooks_;
+  ParkedDirs dirs_;
+  ParkedStorage& parked_;
 };
 
 }  // namespace

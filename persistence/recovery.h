@@ -16,6 +16,11 @@
 //   and adopts its live directories (a teardown stopped the agent before it
 //   archived them), "restoring" moves them to lost+found. "stopped" without
 //   any snapshot keeps its live directories and becomes "active".
+// - a warm row (warm.h) is kept only for a "stopped" sandbox whose parked
+//   storage is there and holds its restore target; otherwise the row and
+//   the storage go (the archive is the truth). Parked storage no row names
+//   is dropped. When the target's archive is gone, the warm copy is the best
+//   copy there is: moved back and adopted ("active").
 // - "destroying"/"clearing" (a destroy cut short): finished.
 // - sandboxes/.trash-* (and .trash-* inside a sandbox's own filesystem):
 //   deleted; a sandbox's own filesystem goes through RecoveryHooks::discard_live. A directory with no catalog row: adopted
@@ -28,6 +33,7 @@
 #pragma once
 
 #include "persistence/store.h"
+#include "persistence/warm.h"
 
 #include <functional>
 #include <string>
@@ -47,6 +53,9 @@ struct RecoveryHooks {
   // filesystem, sandbox/disk.h); false when it has none, and the trees are
   // discarded one by one.
   std::function<bool(const std::string& id)> discard_live;
+  // Where warm copies are parked (the driver's: a sandbox's own filesystem
+  // is parked whole); none: plain directories (ParkedDirs).
+  ParkedStorage* parked = nullptr;
 };
 
 // Renames a damaged catalog (and its -wal/-shm) to catalog.db.damaged-<time>

@@ -164,6 +164,7 @@ BwrapDriver::BwrapDriver(const ManagerOptions& options, persistence::StateLayout
   if (root_ && !stages()) chmod(options_.state_dir.c_str(), 0711);
   make_state_subdir(layout_.sandboxes(), root_ && !stages() ? 0711 : 0700);
   disks_ = start_disks(options_.disk, layout_, root_ && stages());  // mounted before recovery reads them
+  parking_ = std::make_unique<DriverParking>(layout_, *disks_);
   log_limits(cgroups_, options_.limits, *disks_, options_.network_host);
   agent_copy_.emplace(options_.agent_binary.empty() ? default_agent() : options_.agent_binary, options_.state_dir);
   agent_binary_ = agent_copy_->path();  // by fd from a copy mountinfo does not name (bwrap_plan.h AgentCopy)

@@ -13,6 +13,7 @@
 #include "sandbox/disk.h"
 #include "sandbox/driver.h"
 #include "sandbox/launch.h"
+#include "sandbox/parking.h"
 #include "sandbox/manager.h"
 
 #include <filesystem>
@@ -37,6 +38,7 @@ class BwrapDriver final : public Driver {
   bool drop_storage(const std::filesystem::path& root) noexcept override;
   void detach_storage(const std::filesystem::path& root) noexcept override;
   void detach_idle_storage() override;
+  persistence::ParkedStorage& parking() override { return *parking_; }
 
   persistence::SnapshotRecord export_workspace(persistence::SnapshotStore& store, const std::string& id,
                                                const std::string& label, const std::string& reason,
@@ -62,6 +64,7 @@ class BwrapDriver final : public Driver {
   bool root_ = false;
   CgroupSupport cgroups_;
   std::unique_ptr<Disks> disks_;
+  std::unique_ptr<DriverParking> parking_;
   std::optional<AgentCopy> agent_copy_;
   std::filesystem::path agent_binary_;  // agent_copy_'s path
   int agent_fd_ = -1;  // O_PATH fd of agent_binary_, bound into each sandbox by bwrap

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+#include <thread>
 
 #include <cerrno>
 #include <cmath>
@@ -270,6 +271,12 @@ void Disks::mount_image(const fs::path& image, const fs::path& dir) const {
   int err = errno;
   close(loop);  // the mount holds the device now; autoclear frees it at unmount
   if (rc != 0) throw disk_error("cannot mount " + image.string() + " on " + dir.string(), err);
+  // Shared: the mount namespaces made while it is mounted (each launcher's,
+  // a slave of this one: staging.h) then lose their copy when it is
+  // unmounted here, so a parked image (park) is let go at once instead of
+  // staying busy as long as every box started meanwhile runs.
+  if (mount(nullptr, dir.c_str(), nullptr, MS_SHARED, nullptr) != 0)
+    spdlog::warn("cannot make the mount of {} shared: {}", image.string(), std::strerror(errno));
 }
 
 bool Disks::ensure(const fs::path& sandbox_dir) const {
@@ -314,6 +321,61 @@ bool Disks::drop(const fs::path& sandbox_dir) const {
   if (had && unlink(img.c_str()) != 0 && errno != ENOENT)
     throw SandboxError(codes::kInternal, os::errno_text("cannot delete " + img.string(), errno));
   return had;
+}
+
+fs::path Disks::parked_image(const fs::path& sandbox_dir) const {
+  return dir_ / (sandbox_dir.filename().string() + ".warm");
+}
+
+namespace {
+
+std::string image_stamp(const fs::path& file, std::uint64_t* blocks = nullptr) {
+  struct stat st{};
+  if (lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  if (blocks) *blocks = static_cast<std::uint64_t>(st.st_blocks) * 512;
+  return "image " + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+         std::to_string(st.st_blocks);
+}
+
+}  // namespace
+
+Disks::Parked Disks::park(const fs::path& sandbox_dir) const {
+  fs::path img = image(sandbox_dir), parked = parked_image(sandbox_dir);
+  while (is_mount_point(sandbox_dir))
+    if (umount2(sandbox_dir.c_str(), MNT_DETACH) != 0)
+      throw SandboxError(codes::kInternal, os::errno_text("cannot unmount " + sandbox_dir.string(), errno));
+  // Until the loop device lets go, the kernel may still write the image.
+  for (int i = 0; !attached_loop(img).empty(); ++i) {
+    if (i == 200) throw SandboxError(codes::kInternal, img.string() + " is still attached to a loop device after 2 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (rename(img.c_str(), parked.c_str()) != 0)
+    throw SandboxError(codes::kInternal, os::errno_text("cannot park " + img.string(), errno));
+  Parked out;
+  out.stamp = image_stamp(parked, &out.bytes);
+  return out;
+}
+
+std::string Disks::unpark(const fs::path& sandbox_dir, const std::string& stamp) const {
+  fs::path img = image(sandbox_dir), parked = parked_image(sandbox_dir);
+  std::string now = image_stamp(parked);
+  if (now.empty()) return "its cached disk image is gone";
+  if (now != stamp) return "its cached disk image changed after it was cached";
+  if (is_mount_point(sandbox_dir) || access(img.c_str(), F_OK) == 0)
+    return "a live disk image is in the way of its cached one";
+  if (rename(parked.c_str(), img.c_str()) != 0) return os::errno_text("cannot move its cached disk image back", errno);
+  std::string why;
+  try {
+    ensure(sandbox_dir);
+    struct stat st{};
+    if (lstat((sandbox_dir / "workspace").c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      why = "its cached disk image holds no workspace";
+  } catch (const std::exception& e) {
+    why = std::string("its cached disk image does not mount: ") + e.what();
+  }
+  if (!why.empty()) drop_quietly(sandbox_dir);
+  return why;
 }
 
 void Disks::adopt_all(const fs::path& sandboxes_dir, const std::function<fs::path(const std::string&)>& lock_path) const {
@@ -378,8 +440,10 @@ std::unique_ptr<Disks> start_disks(const DiskOptions& options, const persistence
   return disks;
 }
 
-persistence::RecoveryHooks recovery_hooks(const Disks& disks, const persistence::StateLayout& layout) {
+persistence::RecoveryHooks recovery_hooks(const Disks& disks, const persistence::StateLayout& layout,
+                                          persistence::ParkedStorage* parked) {
   persistence::RecoveryHooks hooks;
+  hooks.parked = parked;
   hooks.discard_live = [&disks, &layout](const std::string& id) { return disks.drop(layout.sandbox(id)); };
   return hooks;
 }

@@ -82,6 +82,22 @@ class Disks {
   bool drop(const std::filesystem::path& sandbox_dir) const;
   // drop() that logs instead of throwing; true when there was an image.
   bool drop_quietly(const std::filesystem::path& sandbox_dir) const noexcept;
+  // The warm cache (persistence/warm.h): park unmounts the image, waits
+  // until no loop device backs it, renames it to <id>.warm (which nothing
+  // mounts: not adopt_all, not ensure) and returns its stamp (inode, size,
+  // mtime, blocks: any write through a loop device changes the mtime) and
+  // the bytes it takes; unpark checks the stamp, renames it back and mounts
+  // it, or says why not (then nothing of it is mounted or kept as the
+  // image). Both throw nothing but SandboxError. drop() leaves a parked
+  // image alone (recovery drops live storage of a sandbox whose warm copy
+  // it keeps); whoever destroys a sandbox drops both.
+  struct Parked {
+    std::string stamp;
+    std::uint64_t bytes = 0;
+  };
+  Parked park(const std::filesystem::path& sandbox_dir) const;
+  std::string unpark(const std::filesystem::path& sandbox_dir, const std::string& stamp) const;
+  std::filesystem::path parked_image(const std::filesystem::path& sandbox_dir) const;
   // Unmounts, keeping the image (shutdown); logs a failure.
   void unmount_quietly(const std::filesystem::path& sandbox_dir) const noexcept;
   // Mounts every image whose sandbox lock is free and that is not mounted
@@ -108,8 +124,10 @@ class Disks {
 // enforced (a warning when not), and mounts what a crash or reboot left
 // unmounted.
 std::unique_ptr<Disks> start_disks(const DiskOptions& options, const persistence::StateLayout& layout, bool may_mount);
-// Recovery discards a sandbox's live directories by dropping its image.
-persistence::RecoveryHooks recovery_hooks(const Disks& disks, const persistence::StateLayout& layout);
+// Recovery discards a sandbox's live directories by dropping its image, and
+// looks at warm copies where `parked` keeps them.
+persistence::RecoveryHooks recovery_hooks(const Disks& disks, const persistence::StateLayout& layout,
+                                          persistence::ParkedStorage* parked = nullptr);
 // The agent's --workspace-limit value: the limit in bytes.
 std::string limit_text(const Disks& disks);
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "persistence/store.h"
+#include "persistence/warm.h"
 #include "sandbox/agent_client.h"
 #include "sandbox/bwrap_plan.h"
 
@@ -90,6 +91,9 @@ class Driver {
   virtual void detach_storage(const std::filesystem::path& root) noexcept = 0;
   // Detaches every sandbox's storage whose lock is free (server shutdown).
   virtual void detach_idle_storage() = 0;
+  // Where a stopped sandbox's storage is kept as its warm copy
+  // (persistence/warm.h; docs/design.md section 9, "Warm restore").
+  virtual persistence::ParkedStorage& parking() = 0;
 
   // The workspace and home out to a snapshot, and back, through the
   // snapshot store (persistence/store.h: archives, digests, the catalog).

@@ -87,6 +87,8 @@ ManagerImpl::ManagerImpl(ManagerOptions options) : options_(std::move(options)) 
   make_state_subdir(options_.state_dir / "locks", 0700);
   driver_ = make_driver(options_, layout_, describe(uid_range_));  // its storage is up before recovery reads it
   open_catalog();
+  resolve_warm_budget();
+  evict_warm();  // a smaller bound than the last server's
   driver_->remove_stale();
   idle_thread_ = std::thread([this] { idle_main(); });
   if (options_.spare != ManagerOptions::Spare::None && access("/bin/sh", X_OK) != 0) {

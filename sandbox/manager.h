@@ -62,6 +62,11 @@ struct ManagerOptions {
   // reason "checkpoint", processes frozen) once its last one is this old,
   // so a host crash loses at most this much of a busy workspace; zero never.
   std::chrono::milliseconds checkpoint_interval{15 * 60 * 1000};
+  // The warm cache (docs/design.md section 9, "Warm restore"): stopped
+  // workspaces kept ready on disk, least recently used dropped first once
+  // together they take more than this; 0 keeps none. None: 10% of the
+  // state filesystem's free space when the manager starts.
+  std::optional<std::uint64_t> warm_cache;
   // A snapshot or restore still running after this is stopped and fails.
   std::chrono::milliseconds snapshot_timeout = persistence::kDefaultArchiveTimeout;
   // How long a call waits for a sandbox another server drives.

@@ -109,6 +109,12 @@ class ManagerImpl {
   std::optional<std::string> idle_step(const std::shared_ptr<ManagedSandbox>& sandbox,
                                        std::chrono::steady_clock::time_point last_used);
   void open_catalog();
+  // Drops the least recently parked warm copies until the rest fit
+  // warm_budget_ (manager_warm.cpp); copies of sandboxes another server
+  // drives are left. Logs what it drops; throws nothing.
+  void evict_warm() noexcept;
+  // The warm cache's bound in bytes (ManagerOptions::warm_cache, resolved).
+  void resolve_warm_budget();
   std::string resume_stopped(ManagedSandbox& sandbox, const persistence::SandboxRecord& record,
                              const ProgressFn& progress);
   SandboxError state_error(const std::exception& e, const std::string& code, const std::string& what) const;
@@ -128,6 +134,7 @@ class ManagerImpl {
   std::map<std::string, std::shared_ptr<ManagedSandbox>> sandboxes_;
   std::unique_ptr<persistence::Catalog> catalog_;
   std::unique_ptr<persistence::SnapshotStore> store_;
+  std::uint64_t warm_budget_ = 0;
   std::mutex idle_mutex_;
   std::condition_variable idle_wake_;
   bool stopping_ = false;  // guarded by idle_mutex_

@@ -65,7 +65,7 @@ void ManagerImpl::open_catalog() {
   store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_, options_.snapshot_timeout);
   // With the driver's hooks: a sandbox recovery discards (a destroy it
   // finishes, leftovers) loses its own filesystem too, not just the files.
-  auto report = persistence::recover(layout_, *catalog_, !damaged.empty(), recovery_hooks(driver_->disks(), layout_));
+  auto report = persistence::recover(layout_, *catalog_, !damaged.empty(), recovery_hooks(driver_->disks(), layout_, &driver_->parking()));
   for (const auto& line : report.failed) spdlog::error("recovery: could not repair {} (retried at the next start)", line);
   for (const auto& line : report.actions) spdlog::warn("recovery: {}", line);
   for (const auto& id : report.skipped) spdlog::info("recovery: sandbox {} is driven by another server; left alone", id);
@@ -262,29 +262,25 @@ std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persisten
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_ = SandboxState::Restoring;
   }
-  try {
-    driver_->ensure_storage(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
-  } catch (...) {
-    std::lock_guard lock(sandbox.mutex_);
-    sandbox.phase_.reset();
-    throw;
-  }
-  persistence::ExtractResult result;
+  persistence::RestoreResult result;
   try {
     persistence::Restore steps;
     steps.snapshot = &snapshot;
     steps.owner = [&] { return owner(sandbox); };
     steps.extract = [&](std::optional<std::pair<unsigned, unsigned>> owner, const persistence::ArchiveProgressFn& p) {
+      driver_->ensure_storage(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
       return driver_->import_workspace(*store_, snapshot, owner, p);
     };
     steps.progress = progress_adapter(progress, "restoring " + snapshot.id);
     steps.on_failure = state_on_failure;
     steps.before = before;
+    steps.warm = &driver_->parking();
     steps.hooks.warn = [&](const std::string& line) { spdlog::error("sandbox {}: {}", sandbox.id(), line); };
     result = persistence::restore(*catalog_, *store_, steps);
   } catch (const std::exception& e) {
     std::lock_guard lock(sandbox.mutex_);
     sandbox.phase_.reset();
+    if (dynamic_cast<const SandboxError*>(&e)) throw;  // its storage could not be made (SANDBOX_START_FAILED)
     if (persistence::disk_full(e)) throw state_error(e, codes::kNoSpace, "could not restore snapshot " + snapshot.id);
     throw SandboxError(codes::kSnapshotCorrupt,
                        "snapshot " + snapshot.id + " cannot be restored: " + e.what() +
@@ -296,9 +292,16 @@ std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persisten
     sandbox.phase_.reset();
   }
   auto ms = ms_since(start);
-  spdlog::info("sandbox {}: restored snapshot {} ({} entries) in {} ms", sandbox.id(), snapshot.id, result.files, ms);
+  std::string how = result.warm ? "from its warm copy (kept on disk since the teardown; no extraction)"
+                                : "from its archive";
+  if (!result.cache_miss.empty()) {
+    spdlog::warn("sandbox {}: warm copy not used: {}", sandbox.id(), result.cache_miss);
+    how += " (its warm copy was not used: " + result.cache_miss + ")";
+  }
+  spdlog::info("sandbox {}: restored snapshot {} ({} entries) {} in {} ms", sandbox.id(), snapshot.id,
+               result.extract.files, result.warm ? "warm" : "from the archive", ms);
   return "restored this conversation's workspace from snapshot " + snapshot.id + " (taken " + snapshot.created_at +
-         ", " + std::to_string(result.files) + " entries) in " + std::to_string(ms) +
+         ", " + std::to_string(result.extract.files) + " entries) " + how + " in " + std::to_string(ms) +
          " ms; sessions are back with their working directory and environment, background processes ended at the "
          "teardown";
 }
@@ -340,6 +343,7 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
   steps.take = [&] { return driver_->export_workspace(*store_, sandbox->id(), "", "idle"); };
   steps.live_dirs = {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()};
   steps.discard_live = [&] { return driver_->drop_storage(sandbox->dirs().root); };  // its own filesystem goes whole
+  if (warm_budget_ > 0) steps.park = &driver_->parking();  // kept ready instead (evict_warm bounds the sum)
   steps.keep_snapshots = options_.keep_snapshots;
   steps.hooks.warn = [&](const std::string& line) { spdlog::warn("sandbox {}: {}", sandbox->id(), line); };
   auto result = persistence::tear_down(*catalog_, *store_, steps);
@@ -367,8 +371,10 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
     sandbox->torn_down_ = true;
   }
   release_lock(*sandbox);
-  spdlog::info("sandbox {} ({}) idle: snapshot {} ({} bytes, {} entries) in {} ms, stopped", sandbox->id(),
-               sandbox->conversation(), snapshot.id, snapshot.bytes, snapshot.files, ms_since(start));
+  spdlog::info("sandbox {} ({}) idle: snapshot {} ({} bytes, {} entries) in {} ms, stopped{}", sandbox->id(),
+               sandbox->conversation(), snapshot.id, snapshot.bytes, snapshot.files, ms_since(start),
+               result.warm ? ", kept warm (" + std::to_string(result.warm->bytes >> 20) + " MiB)" : "");
+  if (result.warm) evict_warm();
   return true;
 }
 
@@ -439,8 +445,10 @@ std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persisten
                                     const ProgressFn& progress) {
   if (record.state == SandboxState::Clearing) {
     fs::path root = sandbox.dirs().root;  // its own filesystem goes whole, as in destroy()
-    persistence::finish_destroy(*catalog_, *store_, sandbox.id(),
-                                [&](const std::string&) { return driver_->drop_storage(root); });
+    persistence::finish_destroy(*catalog_, *store_, sandbox.id(), [&](const std::string& id) {
+      driver_->parking().drop(id);  // a warm copy goes with it
+      return driver_->drop_storage(root);
+    });
     return "";
   }
   auto snapshot = persistence::resume_target(*catalog_, record);
@@ -475,8 +483,10 @@ bool ManagerImpl::destroy(const std::string& conversation, bool keep_snapshots) 
   // conversation; the next call starts empty, as after any destroy.
   try {
     fs::path root = sandbox->dirs().root;  // its own filesystem goes whole, once the catalog has the destroy
-    persistence::destroy(*catalog_, *store_, sandbox->id(), keep_snapshots,
-                         [&](const std::string&) { return driver_->drop_storage(root); });
+    persistence::destroy(*catalog_, *store_, sandbox->id(), keep_snapshots, [&](const std::string& id) {
+      driver_->parking().drop(id);  // a warm copy goes with it
+      return driver_->drop_storage(root);
+    });
   } catch (const std::exception& e) {
     // Re-read from the catalog on the next call: the old sandbox if the
     // destroy was not recorded, else a fresh one (recovery finishes it).

@@ -41,6 +41,7 @@ void ManagerImpl::assign_owner(const std::string& id, SandboxDirs& dirs) {
     struct stat st {};
     files |= lstat(dir.c_str(), &st) == 0;
   }
+  files |= driver_->parking().parked(id);  // a warm copy's files are the sandbox's too
   persistence::HostIds ids;
   try {
     ids = catalog_->host_ids(id, uid_range_, /*replace_legacy=*/!files);

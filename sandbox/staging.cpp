@@ -1,7 +1,10 @@
 #include "sandbox/staging.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -49,6 +52,30 @@ bool bind_fd(int fd, const char* target, bool directory, int err_fd) {
   return ok || fail(err_fd, "mount", target);
 }
 
+// The mount points strictly under `dir` in this mount namespace
+// (/proc/self/mountinfo's fifth field, octal escapes undone).
+std::vector<std::string> mounts_under(const std::string& dir) {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, prefix = dir + "/";
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string field, point;
+    for (int i = 0; i < 5 && fields >> field; ++i) point = field;
+    std::string path;
+    for (std::size_t i = 0; i < point.size(); ++i) {
+      if (point[i] == '\\' && i + 3 < point.size()) {
+        path += static_cast<char>(std::strtol(point.substr(i + 1, 3).c_str(), nullptr, 8));
+        i += 3;
+      } else {
+        path += point[i];
+      }
+    }
+    if (path.rfind(prefix, 0) == 0) out.push_back(path);
+  }
+  return out;
+}
+
 }  // namespace
 
 Staging::Staging(std::filesystem::path sandbox_root, std::filesystem::path agent, std::filesystem::path mount_point)
@@ -58,6 +85,7 @@ Staging::Staging(std::filesystem::path sandbox_root, std::filesystem::path agent
     names_[i] = std::string("/") + kStagedDirs[i];
   }
   targets_[kDirs] = (mount_point / kStagedAgent).string();
+  sandbox_mounts_ = mounts_under(sandbox_root.parent_path().string());
 }
 
 bool Staging::enter(int err_fd) const noexcept {
@@ -99,6 +127,12 @@ bool Staging::enter(int err_fd) const noexcept {
   if (agent < 0) return fail(err_fd, "open the agent", agent_.c_str());
   bool ok = bind_fd(agent, targets_[kDirs].c_str(), false, err_fd);
   close(agent);
+  // Every sandbox's filesystem (its own included, now that the staged
+  // binds hold what this one needs) leaves this namespace: a copy here
+  // would keep another sandbox's image busy (its loop device attached) for
+  // as long as this box lives, since the host's unmount does not propagate
+  // (disk.h, "park").
+  for (const auto& point : sandbox_mounts_) umount2(point.c_str(), MNT_DETACH);
   return ok;
 }
 

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace agentbox::sandbox {
 
@@ -45,6 +46,7 @@ class Staging {
   static constexpr std::size_t kDirs = std::size(kStagedDirs);
   std::string targets_[kDirs + 1];  // mount_point/<kStagedDirs...>, then mount_point/kStagedAgent
   std::string names_[kDirs];        // "/workspace", ... (for messages)
+  std::vector<std::string> sandbox_mounts_;  // mount points under <state>/sandboxes when made (enter detaches them)
 };
 
 }  // namespace agentbox::sandbox

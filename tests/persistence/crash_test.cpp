@@ -43,6 +43,11 @@ void write_file(const fs::path& p, const std::string& content) { std::ofstream(p
 // reaches them.
 const char* const kCycleSteps[] = {"snapshotting", "box stopped", "snapshot taken", "stopped", "live discarded",
                                    "pruned",       "restoring",   "swapped",        "active"};
+// The same with the warm cache (warm.h): the live directories are parked
+// instead of discarded, and the restore starts on them.
+const char* const kWarmCycleSteps[] = {"snapshotting", "box stopped", "snapshot taken", "stopped",
+                                       "parked",       "warm recorded", "live discarded", "pruned",
+                                       "restoring",    "warm taken",    "swapped",        "active"};
 
 // Hooks that SIGKILL the process at the step named die_at (none: never).
 LifecycleHooks dying_at(const char* die_at) {
@@ -60,7 +65,9 @@ LifecycleHooks dying_at(const char* die_at) {
 bool resume(Catalog& catalog, SnapshotStore& store, const SandboxRecord& record, const LifecycleHooks& hooks) {
   auto target = resume_target(catalog, record);
   if (!target) return false;
+  ParkedDirs parked(store.layout());
   Restore steps;
+  steps.warm = &parked;  // used when there is one: what the server does
   steps.snapshot = &*target;
   steps.on_failure = SandboxState::Stopped;
   steps.hooks = hooks;
@@ -71,11 +78,13 @@ bool resume(Catalog& catalog, SnapshotStore& store, const SandboxRecord& record,
 
 // One idle teardown then the next call's restore, as Manager::teardown and
 // acquire run them (the box itself is not started). Exits 0 when both ran.
-[[noreturn]] void cycle(const StateLayout& layout, const char* die_at = nullptr) {
+[[noreturn]] void cycle(const StateLayout& layout, const char* die_at = nullptr, bool warm = false) {
   try {
     Catalog catalog(layout.catalog());
     SnapshotStore store(layout, catalog);
+    ParkedDirs parked(layout);
     Teardown steps;
+    if (warm) steps.park = &parked;
     steps.sandbox = kSandbox;
     fs::path dir = layout.sandbox(kSandbox);
     steps.live_dirs = {dir / "workspace", dir / "home", dir / "tmp"};
@@ -126,6 +135,9 @@ void check_consistent(const StateLayout& layout, Catalog& catalog) {
     CHECK(e.path().string().find(".tmp-") == std::string::npos);
   for (const auto& e : fs::directory_iterator(layout.sandbox(kSandbox)))
     CHECK(e.path().filename().string().rfind(".restore-", 0) != 0);
+  // A warm row only with its parked copy, parked copies only with a row.
+  ParkedDirs parked(layout);
+  CHECK(catalog.find_warm(kSandbox).has_value() == parked.parked(kSandbox));
 }
 
 // Recovery after a kill, then the checks every kill point must pass.
@@ -221,19 +233,22 @@ TEST_CASE("SIGKILL at 60 points during teardown and restore loses nothing and le
 }
 
 // The same, killed exactly at each step the sequences name: between two
-// catalog writes too, where a timed kill rarely lands.
-TEST_CASE("SIGKILL at each step of teardown and restore loses nothing and leaves a consistent catalog") {
+// catalog writes too, where a timed kill rarely lands. With and without the
+// warm cache.
+void kill_at_each_step(const std::string& name, bool warm) {
   constexpr std::size_t kBig = 64 << 10;
-  StateLayout layout = cycle_setup("crash-steps", kBig);
+  StateLayout layout = cycle_setup(name, kBig);
   fs::path ws = layout.sandbox(kSandbox) / "workspace";
   std::set<std::string> acked;
-  for (const char* step : kCycleSteps) {
-    std::string name = std::string("at-") + step;
-    for (char& c : name) c = c == ' ' ? '-' : c;
-    write_file(ws / "acked" / name, name);
-    acked.insert(name);
+  std::vector<const char*> steps(std::begin(kCycleSteps), std::end(kCycleSteps));
+  if (warm) steps.assign(std::begin(kWarmCycleSteps), std::end(kWarmCycleSteps));
+  for (const char* step : steps) {
+    std::string file = std::string("at-") + step;
+    for (char& c : file) c = c == ' ' ? '-' : c;
+    write_file(ws / "acked" / file, file);
+    acked.insert(file);
     pid_t pid = fork();
-    if (pid == 0) cycle(layout, step);
+    if (pid == 0) cycle(layout, step, warm);
     int status = 0;
     waitpid(pid, &status, 0);
     INFO("step " << step);
@@ -243,6 +258,14 @@ TEST_CASE("SIGKILL at each step of teardown and restore loses nothing and leaves
     recover_and_check(layout, acked, kBig, step);
   }
   remove_root(layout.root);
+}
+
+TEST_CASE("SIGKILL at each step of teardown and restore loses nothing and leaves a consistent catalog") {
+  kill_at_each_step("crash-steps", false);
+}
+
+TEST_CASE("SIGKILL at each step of a warm teardown and restore loses nothing and leaves a consistent catalog") {
+  kill_at_each_step("crash-warm-steps", true);
 }
 
 // A helper killed by PDEATHSIG may finish the call it is in (an openat

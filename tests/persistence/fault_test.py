@@ -39,19 +39,30 @@ def files_named(state, name):
     return [os.path.join(d, f) for d, _, fs in os.walk(state) for f in fs if f == name]
 
 
-# 1. A snapshot file removed under a stopped sandbox.
-def missing_snapshot():
-  state = os.path.join(root, "missing")
-  s = Server(state, "--idle-timeout", "200ms", "--spare", "none")
+# 1. A snapshot file removed under a stopped sandbox. Without a warm copy
+# (--warm-cache 0) the next call is refused, never handed an empty
+# workspace; with one (the default) recovery moves the warm copy back: it
+# holds exactly what the lost archive held.
+def missing_snapshot(warm):
+  state = os.path.join(root, "missing-warm" if warm else "missing")
+  cache = [] if warm else ["--warm-cache", "0"]
+  s = Server(state, "--idle-timeout", "200ms", "--spare", "none", *cache)
   s.exec("echo precious > /workspace/precious.txt")
   wait_for("idle teardown", lambda: glob.glob(state + "/snapshots/*/*.tar.zst") and
            not glob.glob(state + "/sandboxes/*/workspace/precious.txt"))
   s.close()
   (archive,) = glob.glob(state + "/snapshots/*/*.tar.zst")
   os.remove(archive)
-  s = Server(state, "--spare", "none")
+  s = Server(state, "--spare", "none", *cache)
   r = s.call("exec", {"command": "ls /workspace"})
   out = (r.get("structuredContent") or {}).get("stdout", "")
+  if warm:
+    check(not r["isError"] and out == "precious.txt\n",
+          "missing snapshot, warm copy: the next call gets the workspace back (%s %r)" % (error_code(r), out or text(r)))
+    log = open(state + ".log").read()
+    check("warm copy is moved back and adopted" in log, "missing snapshot, warm copy: recovery says what it did")
+    s.close()
+    return
   check(r["isError"] and error_code(r) == "SNAPSHOT_CORRUPT",
         "missing snapshot: the next call gets SNAPSHOT_CORRUPT, not an empty workspace (%s %r)" % (error_code(r), out or text(r)))
   check(os.path.basename(archive)[:-8] in text(r), "missing snapshot: the error names the snapshot (%r)" % text(r))
@@ -96,7 +107,8 @@ def damaged_catalog(kind, damage):
 
 
 if "1" in sections:
-    missing_snapshot()
+    missing_snapshot(warm=False)
+    missing_snapshot(warm=True)
 if "2" in sections:
     damaged_catalog("zero-length", b"")
     damaged_catalog("garbage", os.urandom(8192))
