@@ -3,7 +3,7 @@
 // ratios, all measured in this run. Called by bench/run after the Release build.
 //
 // Usage: node bench/report.mjs --build DIR [--quick] [--json FILE]
-//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench,freeze_bench]
+//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench,freeze_bench,restore_bench]
 //
 // Benchmarks written later plug in by convention: `node bench/NAME.mjs --json
 // --bin AGENTBOX` prints one JSON object whose `rows` array holds
@@ -217,6 +217,25 @@ function freezeBench(opts, buildDir) {
   return [row(g, `snapshot of a running sandbox, ${m[1]} files: processes frozen (${m[3]}) vs tar --zstd -cf of the tree`, +m[2], `${m[5]} (tar --zstd -cf)`, 'ms', +m[6], '<= 1', +m[6] <= 1)];
 }
 
+/** bench/restore_bench (native): restore -> first command after an idle teardown, warm and from the archive. */
+function restoreBench(opts, buildDir) {
+  const g = 'restore_bench';
+  const native = join(buildDir, 'bench', 'restore_bench');
+  if (!existsSync(join(HERE, 'restore_bench.cpp'))) return [missing(g, g)];
+  if (!existsSync(native)) return [failed(g, g, `${native} not built`)];
+  const args = [join(buildDir, 'agentbox-agent'), opts.quick ? '10000' : '100000', '10000', opts.quick ? '1' : '3'];
+  const r = run(native, args, 1_800_000);
+  if (!r.ok) return [failed(g, g, r.error)];
+  const m = /first command of (\d+) files: warm copy median (\d+) ms \(target <= 100\); from the archive median (\d+) ms; tar --zstd -xf of the same tree median (\d+) ms; archive\/tar ratio ([\d.]+)/.exec(r.stdout);
+  if (!m) return [failed(g, g, 'output not understood')];
+  return [
+    row(g, `restore -> first command, ${m[1]} files of 10 KB, warm copy`, +m[2], `${m[4]} (tar --zstd -xf)`, 'ms',
+        +(m[2] / m[4]).toFixed(3), '<= 100 ms', +m[2] <= 100),
+    row(g, `restore -> first command, ${m[1]} files of 10 KB, from the archive`, +m[3], `${m[4]} (tar --zstd -xf)`, 'ms',
+        +m[5], '<= 1', +m[5] <= 1),
+  ];
+}
+
 // ---- the table ------------------------------------------------------------------------
 
 function table(rows) {
@@ -256,6 +275,7 @@ function main() {
     ['exec_bench', () => execBench(opts, bin)],
     ['snapshot_bench', () => snapshot(opts, opts.build)],
     ['freeze_bench', () => freezeBench(opts, opts.build)],
+    ['restore_bench', () => restoreBench(opts, opts.build)],
   ];
   const rows = benches.filter(([name]) => !opts.only || opts.only.includes(name)).flatMap(([, f]) => f());
   const header = `agentbox benchmarks — ${started.toISOString()} — ${bin}${opts.quick ? ' (quick)' : ''}\n` +

@@ -1,0 +1,137 @@
+// Restore → first command after an idle teardown (docs/design.md section 9,
+// "Warm restore"): a workspace of N files (default 100,000 of 10 KB: 1 GB),
+// torn down and called again through the manager, with its warm copy (the
+// default) and from its archive alone (--warm-cache 0), against GNU
+// `tar --zstd -xf` of the same tree into a fresh directory on the same
+// filesystem, in the same run. Targets: warm ≤ 100 ms; archive / tar ≤ 1.
+//
+//   bench/restore_bench AGENT_BINARY [FILES] [FILE_BYTES] [ROUNDS]   (from the build dir)
+//   tests/sandbox/run_unprivileged.sh bench/restore_bench $(pwd)/agentbox-agent - [FILES] [FILE_BYTES] [ROUNDS]
+//     as the normal user (plain directories); "-" takes the agent run_unprivileged.sh copied.
+#include "bench/figures.h"
+#include "sandbox/manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace agentbox::sandbox;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using agentbox::bench::median;
+using agentbox::bench::ms_since;
+
+namespace {
+
+// Teardown, then the first command: how long that command takes to answer.
+double first_command_ms(Manager& manager, bool expect_warm) {
+  if (!manager.teardown("bench")) {
+    std::fprintf(stderr, "the teardown did not happen\n");
+    std::exit(1);
+  }
+  sync();  // the teardown's writes are not the restore's to pay for
+  auto start = Clock::now();
+  Lease lease = manager.acquire("bench");
+  auto r = lease.agent().call("exec", {{"command", "true"}}, std::chrono::minutes(5));
+  double ms = ms_since(start);
+  bool warm = lease.notice().find("from its warm copy") != std::string::npos;
+  if (r.value("exit_code", 1) != 0 || warm != expect_warm) {
+    std::fprintf(stderr, "unexpected restore (%s): %s\n", expect_warm ? "warm" : "archive", lease.notice().c_str());
+    std::exit(1);
+  }
+  return ms;
+}
+
+ManagerOptions options_for(const fs::path& state, const char* agent, std::optional<std::uint64_t> warm) {
+  ManagerOptions o;
+  o.state_dir = state;
+  o.agent_binary = agent;
+  o.agent_args = {};
+  o.spare = ManagerOptions::Spare::None;
+  o.idle_timeout = std::chrono::milliseconds(0);
+  o.checkpoint_interval = std::chrono::milliseconds(0);
+  o.keep_snapshots = 1;
+  o.warm_cache = warm;
+  o.snapshot_timeout = std::chrono::minutes(30);
+  return o;
+}
+
+void run(const std::string& command) {
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "failed: %s\n", command.c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: restore_bench AGENT_BINARY [FILES] [FILE_BYTES] [ROUNDS]\n");
+    return 2;
+  }
+  spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
+  int files = argc > 2 ? std::atoi(argv[2]) : 100000;
+  int file_bytes = argc > 3 ? std::atoi(argv[3]) : 10000;
+  int rounds = argc > 4 ? std::atoi(argv[4]) : 3;
+  const char* copied = std::getenv("AGENTBOX_TEST_AGENT");
+  const char* agent = std::string(argv[1]) == "-" && copied ? copied : argv[1];
+  char tmpl[] = "/tmp/agentbox-restore-bench-XXXXXX";
+  fs::path state = mkdtemp(tmpl);
+  if (geteuid() == 0) chmod(state.c_str(), 0711);
+  fs::path work = state.string() + "-tar";
+  fs::create_directories(work);
+  std::vector<double> warm, cold, tar;
+  {
+    Manager manager(options_for(state, agent, std::uint64_t{64} << 30));
+    {
+    Lease lease = manager.acquire("bench");
+    // Half text-like, half random bytes: compressible, not trivially.
+    std::string make = "python3 -c \"import os\nblock = os.urandom(" + std::to_string(file_bytes / 2) +
+                       ")\nfor d in range(" + std::to_string((files + 999) / 1000) +
+                       "):\n os.makedirs(f'/workspace/t/d{d}', exist_ok=True)\nfor i in range(" +
+                       std::to_string(files) + "):\n open(f'/workspace/t/d{i // 1000}/f{i}', 'wb').write(block[i % 97:] + "
+                       "(b'line %d of the file\\\\n' % i) * " + std::to_string(file_bytes / 40) + ")\"";
+    auto made = lease.agent().call("exec", {{"command", make}, {"timeout_ms", 1800000}}, std::chrono::minutes(31));
+    if (made.value("exit_code", 1) != 0) {
+      std::fprintf(stderr, "could not make the workspace: %s\n", made.dump().c_str());
+      return 1;
+    }
+    auto du = lease.agent().call("exec", {{"command", "du -sm /workspace | cut -f1"}}, std::chrono::minutes(5));
+    std::printf("workspace: %d files, %s MB\n", files, du.value("stdout", "?\n").c_str());
+    fs::path workspace = manager.find("bench")->dirs().workspace();
+    run("tar --zstd -cf " + (work / "tree.tar.zst").string() + " -C " + workspace.string() + " .");
+    }
+    for (int r = 0; r < rounds; ++r) warm.push_back(first_command_ms(manager, true));
+  }
+  {
+    Manager manager(options_for(state, agent, 0));  // no warm copies: every restore extracts
+    manager.acquire("bench");  // started on the live workspace the first manager left
+    for (int r = 0; r < rounds; ++r) cold.push_back(first_command_ms(manager, false));
+    manager.destroy("bench");
+  }
+  // Into fresh directories, deleted only at the end: extracting right after
+  // deleting many files is slower on ext4 (and would flatter agentbox).
+  for (int r = 0; r < rounds; ++r) {
+    fs::path into = work / ("x" + std::to_string(r));
+    fs::create_directories(into);
+    sync();
+    auto start = Clock::now();
+    run("tar --zstd -xf " + (work / "tree.tar.zst").string() + " -C " + into.string());
+    tar.push_back(ms_since(start));
+  }
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  fs::remove_all(state, ec);
+  std::printf("restore -> first command of %d files: warm copy median %.0f ms (target <= 100); from the archive "
+              "median %.0f ms; tar --zstd -xf of the same tree median %.0f ms; archive/tar ratio %.2f (target <= 1)\n",
+              files, median(warm), median(cold), median(tar), median(cold) / median(tar));
+  return 0;
+}
