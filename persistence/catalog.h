@@ -194,6 +194,14 @@ class Catalog {
   std::optional<WarmRecord> take_warm(const std::string& sandbox);
   std::vector<WarmRecord> warm_records();
 
+  // A fork (catalog_fork.cpp, docs/design.md section 9): in one transaction
+  // a new sandbox `snapshot.sandbox` for `conversation`, Stopped with
+  // `snapshot` (a complete row, its file already in place) as what its
+  // first start restores, and these sessions. False, changing nothing, when
+  // the conversation already has a sandbox.
+  bool add_fork(const std::string& conversation, const SnapshotRecord& snapshot,
+                const std::vector<SessionRecord>& sessions);
+
  private:
   void migrate();
   void exec(const char* sql);

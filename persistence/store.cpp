@@ -1,5 +1,6 @@
 #include "persistence/store.h"
 
+#include "os/errno_text.h"
 #include "os/unique_fd.h"
 #include "persistence/tree_fs.h"
 
@@ -190,6 +191,37 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
   }
   discard_dir(layout_, staging);  // now holds the replaced trees
   return result;
+}
+
+SnapshotRecord SnapshotStore::share(const SnapshotRecord& source, const std::string& sandbox) {
+  SnapshotRecord record = source;
+  record.id = "snap-" + random_hex(12);
+  record.sandbox = sandbox;
+  record.label = "";
+  record.reason = "fork";
+  record.created_at = iso_now();
+  fs::path dir = layout_.snapshots(sandbox);
+  fs::create_directories(dir);
+  fs::path to = dir / (record.id + ".tar.zst");
+  record.path = fs::relative(to, layout_.root).string();
+  if (link(file(source).c_str(), to.c_str()) != 0) {
+    if (errno != EXDEV && errno != EPERM && errno != EMLINK)
+      throw ArchiveError(os::errno_text("cannot share " + file(source).string(), errno));
+    fs::path temp = to.string() + ".tmp-" + random_hex(8);
+    try {
+      fs::copy_file(file(source), temp);
+      int fd = open(temp.c_str(), O_RDONLY | O_CLOEXEC);
+      bool synced = fd >= 0 && fsync(fd) == 0;
+      if (fd >= 0) close(fd);
+      if (!synced) throw ArchiveError("cannot sync " + temp.string());
+      fs::rename(temp, to);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(temp, ec);
+      throw;
+    }
+  }
+  return record;
 }
 
 void SnapshotStore::remove(const SnapshotRecord& snapshot) {

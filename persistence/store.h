@@ -73,6 +73,12 @@ class SnapshotStore {
   ExtractResult restore(const SnapshotRecord& snapshot, std::optional<std::pair<unsigned, unsigned>> owner,
                         const ArchiveProgressFn& progress = {});
 
+  // The archive of `source` as a snapshot of another sandbox (a fork): a
+  // hard link (archives are never written again once renamed in), a copy
+  // where the filesystem refuses one. Same digest, reason "fork"; no row is
+  // written (Catalog::add_fork does). Throws on failure, leaving no file.
+  SnapshotRecord share(const SnapshotRecord& source, const std::string& sandbox);
+
   // Deletes the file, then the row.
   void remove(const SnapshotRecord& snapshot);
   // Keeps the newest `keep` unlabelled snapshots and every labelled one;

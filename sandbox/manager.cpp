@@ -338,6 +338,10 @@ std::optional<persistence::SandboxRecord> Manager::record(const std::string& con
   return impl_->record(conversation);
 }
 bool Manager::teardown(const std::string& conversation) { return impl_->teardown(conversation); }
+ForkResult Manager::fork(const std::string& conversation, const std::string& snapshot_id,
+                         const std::string& to_conversation, int count, const ProgressFn& progress) {
+  return impl_->fork(conversation, snapshot_id, to_conversation, count, progress);
+}
 persistence::Catalog& Manager::catalog() { return *impl_->catalog_; }
 const persistence::StateLayout& Manager::layout() const { return impl_->layout_; }
 const ManagerOptions& Manager::options() const { return impl_->options_; }

@@ -126,6 +126,19 @@ struct SnapshotInfo {
   std::string freeze;  // how: "cgroup freezer" or "SIGSTOP"; or why not
 };
 
+// One fork (Manager::fork): the new conversation and its sandbox.
+struct ForkInfo {
+  std::string conversation;
+  std::string sandbox;
+  std::string snapshot;  // what its first call restores
+};
+struct ForkResult {
+  std::vector<ForkInfo> forks;
+  persistence::SnapshotRecord source;  // the snapshot the forks start from
+  SnapshotInfo taken;  // when a snapshot was taken for the fork (its freeze); else record empty
+  std::chrono::milliseconds duration{0};
+};
+
 // A sandbox held for one call; releases on destruction (for LRU accounting).
 class Lease {
  public:
@@ -170,6 +183,15 @@ class Manager {
   // Snapshots the conversation's workspace and home (starting the sandbox
   // if needed); labelled snapshots are kept by retention.
   SnapshotInfo snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress = {});
+  // New conversations that start from this one's workspace, home and
+  // sessions (docs/design.md section 9, "Fork"): from `snapshot_id`, or a
+  // snapshot taken now (processes frozen, the source keeps running). Each
+  // gets the snapshot's archive as its own (a hard link) and restores it at
+  // its first call. to_conversation names the one fork (count 1); else
+  // "<conversation>-fork-<hex>". Throws SandboxError (INVALID_ARGUMENT:
+  // count, a conversation that exists; SNAPSHOT_NOT_FOUND).
+  ForkResult fork(const std::string& conversation, const std::string& snapshot_id, const std::string& to_conversation,
+                  int count, const ProgressFn& progress = {});
   // Replaces the workspace and home with a snapshot (the latest when id is
   // empty), killing running processes first. Returns the snapshot restored.
   SnapshotInfo restore(const std::string& conversation, const std::string& snapshot_id,

@@ -68,6 +68,8 @@ class ManagerImpl {
   void shutdown();
   SnapshotInfo snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress);
   SnapshotInfo restore(const std::string& conversation, const std::string& snapshot_id, const ProgressFn& progress);
+  ForkResult fork(const std::string& conversation, const std::string& snapshot_id, const std::string& to_conversation,
+                  int count, const ProgressFn& progress);
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation);
   std::optional<persistence::SandboxRecord> record(const std::string& conversation);
   bool teardown(const std::string& conversation);

@@ -74,6 +74,19 @@ SnapshotDone ManagerSandboxes::restore(const std::string& conversation, const st
   return done(manager_->restore(conversation, snapshot_id, progress));
 }
 
+Forked ManagerSandboxes::fork(const std::string& conversation, const std::string& snapshot_id,
+                              const std::string& to_conversation, int count, const ProgressFn& progress) {
+  auto made = manager_->fork(conversation, snapshot_id, to_conversation, count, progress);
+  Forked out;
+  for (const auto& f : made.forks) out.forks.push_back({f.conversation, f.sandbox});
+  out.from = made.source;
+  out.taken = !made.taken.record.id.empty();
+  out.frozen = made.taken.frozen;
+  out.freeze = made.taken.freeze;
+  out.duration = made.duration;
+  return out;
+}
+
 Destroyed ManagerSandboxes::destroy(const std::string& conversation, bool keep_snapshots) {
   // Read before: once destroyed, the conversation names no sandbox and no snapshots.
   Destroyed out;

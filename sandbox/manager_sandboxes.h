@@ -18,6 +18,8 @@ class ManagerSandboxes : public Sandboxes {
   SandboxView status(const std::string& conversation) override;
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation) override;
   SnapshotDone snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) override;
+  Forked fork(const std::string& conversation, const std::string& snapshot_id, const std::string& to_conversation,
+              int count, const ProgressFn& progress) override;
   SnapshotDone restore(const std::string& conversation, const std::string& snapshot_id,
                        const ProgressFn& progress) override;
   Destroyed destroy(const std::string& conversation, bool keep_snapshots) override;

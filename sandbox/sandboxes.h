@@ -45,6 +45,21 @@ struct SnapshotDone {
   std::string freeze;  // how it was frozen, or why not
 };
 
+// What sandbox_fork made: each new conversation and its sandbox, and the
+// snapshot they start from (taken now: its freeze, as for a snapshot).
+struct Forked {
+  struct Fork {
+    std::string conversation;
+    std::string sandbox;
+  };
+  std::vector<Fork> forks;
+  persistence::SnapshotRecord from;
+  bool taken = false;  // from a snapshot taken for the fork
+  std::optional<std::chrono::milliseconds> frozen;
+  std::string freeze;
+  std::chrono::milliseconds duration{0};
+};
+
 // A conversation's sandbox as this server runs it (SandboxView::running).
 // Outside SandboxView: clang 14 cannot default-construct a nested struct with
 // member initializers inside std::optional before the enclosing class ends.
@@ -106,6 +121,10 @@ class Sandboxes {
   // empty). Throws SandboxError (SNAPSHOT_NOT_FOUND, SNAPSHOT_CORRUPT, ...).
   virtual SnapshotDone restore(const std::string& conversation, const std::string& snapshot_id,
                                const ProgressFn& progress) = 0;
+  // New conversations starting from this one's workspace, home and
+  // sessions (Manager::fork). Throws SandboxError.
+  virtual Forked fork(const std::string& conversation, const std::string& snapshot_id,
+                      const std::string& to_conversation, int count, const ProgressFn& progress) = 0;
   // Stops the sandbox and deletes its files, and its snapshots unless
   // keep_snapshots.
   virtual Destroyed destroy(const std::string& conversation, bool keep_snapshots) = 0;

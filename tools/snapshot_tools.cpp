@@ -1,4 +1,4 @@
-// Snapshot tools: sandbox_snapshot, snapshot_list, sandbox_restore. Long
+// Snapshot tools: sandbox_snapshot, snapshot_list, sandbox_restore, sandbox_fork. Long
 // snapshots and restores report progress (bytes) when the caller asked.
 #include "tools/sandbox_call.h"
 
@@ -87,6 +87,36 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
         reply(ToolResult::ok(out, "Restored snapshot " + info.record.id + " (taken " + info.record.created_at + ") in " +
                                       std::to_string(info.duration.count()) +
                                       " ms; running processes were stopped, sessions kept their state."));
+      } catch (const SandboxError& e) {
+        reply(error_result(e));
+      }
+    });
+  });
+  registry.add("sandbox_fork", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
+    std::string id = args.value("snapshot", ""), to = args.value("to_conversation", "");
+    int count = args.value("count", 1);
+    run_blocking([sandboxes, context, reply, id, to, count] {
+      try {
+        auto made = sandboxes->fork(context->conversation(), id, to, count, progress_of(context));
+        json forks = json::array();
+        std::string names;
+        for (const auto& f : made.forks) {
+          forks.push_back({{"conversation", f.conversation}, {"sandbox", f.sandbox}});
+          names += (names.empty() ? "" : ", ") + f.conversation;
+        }
+        json out = {{"forks", forks},
+                    {"snapshot", made.from.id},
+                    {"frozen_ms", made.frozen ? json(made.frozen->count()) : json(nullptr)},
+                    {"duration_ms", made.duration.count()}};
+        std::string from = made.taken ? "now (snapshot " + made.from.id + (made.frozen ? ", processes frozen " +
+                                        std::to_string(made.frozen->count()) + " ms" : "") + ")"
+                                      : "snapshot " + made.from.id + " (taken " + made.from.created_at + ")";
+        reply(ToolResult::ok(out, "Forked into " + names + " from " + from + " in " +
+                                      std::to_string(made.duration.count()) +
+                                      " ms. Pass a fork's id as `conversation` to use it; its first call unpacks "
+                                      "the workspace, and its services start again there."));
       } catch (const SandboxError& e) {
         reply(error_result(e));
       }

@@ -72,8 +72,9 @@ describe('tools/list', () => {
     // issue 14's restart, frozen_ms/freeze and the status's unknown state.
     // The bound leaves room for a few new optional properties, not for
     // another round of long descriptions or per-tool parameters that do
-    // nothing; a new tool moves it on purpose, in the commit that adds it.
-    assert.ok(chars < 31_000, `tools/list is ${chars} characters`);
+    // nothing; a new tool moves it on purpose, in the commit that adds it:
+    // sandbox_fork (issue 14) added ~1,300 (31,881 with it).
+    assert.ok(chars < 32_500, `tools/list is ${chars} characters`);
   });
 });
 

@@ -61,6 +61,13 @@ class FakeSandboxes : public sandbox::Sandboxes {
     fail();
     return done;
   }
+  sandbox::Forked forked;
+  sandbox::Forked fork(const std::string& conversation, const std::string& id, const std::string& to, int count,
+                       const sandbox::ProgressFn&) override {
+    calls.push_back("fork " + conversation + " " + id + " " + to + " " + std::to_string(count));
+    fail();
+    return forked;
+  }
   sandbox::Destroyed destroy(const std::string& conversation, bool keep) override {
     calls.push_back("destroy " + conversation + (keep ? " keep" : ""));
     fail();
