@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +83,33 @@ DoctorCheck check_seccomp() {
   std::string why;
   if (agent::seccomp_usable(why)) return {"seccomp", Level::Ok, "filter loads and refuses keyctl"};
   return {"seccomp", Level::Fail, why};
+}
+
+// Processes across a teardown (docs/design.md section 9, stretch): not
+// built; what CRIU says on this host is what a try would meet first.
+DoctorCheck check_criu() {
+  const char* name = "processes across teardown (CRIU)";
+  std::string ends = "; running processes end at a teardown (process_start restart \"on-restore\" services start again)";
+  std::string criu;
+  for (const char* path : {"/usr/sbin/criu", "/usr/bin/criu"})
+    if (access(path, X_OK) == 0) criu = path;
+  if (criu.empty()) return {name, Level::Warn, "not used: criu is not installed" + ends};
+  if (geteuid() != 0) return {name, Level::Warn, "not used: criu needs root here" + ends};
+  std::string err;
+  int rc = run_capture({criu, "check"}, err);
+  if (rc == 0) return {name, Level::Warn, "not used: `criu check` passes, but checkpointing boxes is not built" + ends};
+  // The first error says why (on kernels from 6.13 on, CRIU before 4.1
+  // cannot read the vDSO layout: "vdso: Unexpected rt vDSO area bounds").
+  std::string why = "exit " + std::to_string(rc);
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    auto at = line.find("): ");
+    if (line.rfind("Error", 0) == 0 && at != std::string::npos && line.find("exited, status") == std::string::npos) {
+      why = line.substr(at + 3);
+      break;
+    }
+  }
+  return {name, Level::Warn, "not available: `criu check` fails on this host (" + why.substr(0, 200) + ")" + ends};
 }
 
 DoctorCheck check_state_dir(const DoctorOptions& o) {
@@ -172,6 +200,7 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   limits.tmpfs_bytes = o.tmpfs_bytes;
   checks.push_back(check_cgroups(limits));
   checks.push_back(check_seccomp());
+  checks.push_back(check_criu());
   checks.push_back(check_state_dir(o));
   if (checks.back().level != Level::Fail) checks.push_back(check_workspace_limit(o));
   checks.push_back(check_kept_aside(o));

@@ -141,6 +141,8 @@ for (const [label, asUser] of accounts) {
       assert.equal(r.status, 0, `doctor failed:\n${r.stdout}\n${tail(r.stderr)}`);
       assert.ok(r.stdout.includes(`started a sandbox in ${who.stateDir}`), r.stdout);
       assert.match(r.stdout, /agentbox can run sandboxes on this host/);
+      // Not built (issue 14 point 7): doctor says whether CRIU would even work here, and why not.
+      assert.match(r.stdout, /^warn +processes across teardown \(CRIU\): not (used|available): .*on-restore/m, r.stdout);
     });
 
     test('doctor on a state directory that cannot be made fails, naming it and why', (t) => {
