@@ -271,12 +271,6 @@ void Disks::mount_image(const fs::path& image, const fs::path& dir) const {
   int err = errno;
   close(loop);  // the mount holds the device now; autoclear frees it at unmount
   if (rc != 0) throw disk_error("cannot mount " + image.string() + " on " + dir.string(), err);
-  // Shared: the mount namespaces made while it is mounted (each launcher's,
-  // a slave of this one: staging.h) then lose their copy when it is
-  // unmounted here, so a parked image (park) is let go at once instead of
-  // staying busy as long as every box started meanwhile runs.
-  if (mount(nullptr, dir.c_str(), nullptr, MS_SHARED, nullptr) != 0)
-    spdlog::warn("cannot make the mount of {} shared: {}", image.string(), std::strerror(errno));
 }
 
 bool Disks::ensure(const fs::path& sandbox_dir) const {

@@ -83,7 +83,8 @@ class Disks {
   // drop() that logs instead of throwing; true when there was an image.
   bool drop_quietly(const std::filesystem::path& sandbox_dir) const noexcept;
   // The warm cache (persistence/warm.h): park unmounts the image, waits
-  // until no loop device backs it, renames it to <id>.warm (which nothing
+  // until no loop device backs it (the launchers drop their copies of it:
+  // staging.h), renames it to <id>.warm (which nothing
   // mounts: not adopt_all, not ensure) and returns its stamp (inode, size,
   // mtime, blocks: any write through a loop device changes the mtime) and
   // the bytes it takes; unpark checks the stamp, renames it back and mounts

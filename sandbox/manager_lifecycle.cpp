@@ -346,6 +346,13 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
   if (warm_budget_ > 0) steps.park = &driver_->parking();  // kept ready instead (evict_warm bounds the sum)
   steps.keep_snapshots = options_.keep_snapshots;
   steps.hooks.warn = [&](const std::string& line) { spdlog::warn("sandbox {}: {}", sandbox->id(), line); };
+  // Stopped once the catalog says so: parking and pruning come after, and
+  // sandbox_status then says what the catalog says.
+  steps.hooks.reached = [&](const char* step) {
+    if (std::string_view(step) != "stopped") return;
+    std::lock_guard lock(sandbox->mutex_);
+    sandbox->phase_ = SandboxState::Stopped;
+  };
   auto result = persistence::tear_down(*catalog_, *store_, steps);
   if (result.error) {
     try {
