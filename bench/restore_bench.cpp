@@ -28,6 +28,7 @@
 using namespace agentbox::sandbox;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using agentbox::bench::run;
 using agentbox::bench::median;
 using agentbox::bench::ms_since;
 
@@ -79,13 +80,6 @@ ManagerOptions options_for(const fs::path& state, const char* agent, std::option
   o.warm_cache = warm;
   o.snapshot_timeout = std::chrono::minutes(30);
   return o;
-}
-
-void run(const std::string& command) {
-  if (std::system(command.c_str()) != 0) {
-    std::fprintf(stderr, "failed: %s\n", command.c_str());
-    std::exit(1);
-  }
 }
 
 }  // namespace

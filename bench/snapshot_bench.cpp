@@ -4,6 +4,7 @@
 // and the ratio agentbox/tar for each direction (> 1 means agentbox is faster).
 //
 //   ninja snapshot_bench && bench/snapshot_bench [WORKDIR] [ROUNDS]
+#include "bench/figures.h"
 #include "persistence/archive.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 namespace fs = std::filesystem;
 using namespace agentbox::persistence;
 using Clock = std::chrono::steady_clock;
+using agentbox::bench::run;
 
 namespace {
 
@@ -66,13 +68,6 @@ double seconds_of(const std::function<void()>& fn) {
   auto start = Clock::now();
   fn();
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-void run(const std::string& command) {
-  if (std::system(command.c_str()) != 0) {
-    std::fprintf(stderr, "failed: %s\n", command.c_str());
-    std::exit(1);
-  }
 }
 
 }  // namespace
