@@ -60,6 +60,14 @@ struct WriteOptions {
   int level = 3;    // zstd level (tar --zstd uses 3 too)
   int threads = 0;  // zstd worker threads; 0 = one per core, at most 4
   ArchiveProgressFn progress;
+  // Incremental snapshots (layers.h). parent: the snapshot whose changes
+  // since this archive holds, "" for a complete one; baseline_in: that
+  // snapshot's file stamps (a file whose stamp matches is not stored);
+  // baseline_out: where this snapshot's stamps go (written as `snapshot_id`).
+  std::string snapshot_id;
+  std::string parent;
+  std::filesystem::path baseline_in;
+  std::filesystem::path baseline_out;
 };
 
 struct WriteResult;
@@ -73,7 +81,8 @@ struct WriteHooks {
 struct WriteResult {
   std::uint64_t archive_bytes = 0;
   std::uint64_t input_bytes = 0;  // file contents archived (logical sizes)
-  std::uint64_t files = 0;        // entries, directories included
+  std::uint64_t files = 0;        // entries of the snapshot, directories and inherited ones included
+  std::uint64_t stored = 0;       // entries this archive holds (files minus what it inherits)
   std::uint64_t skipped = 0;      // sockets and devices
   std::string digest;             // "sha256:<hex>"
 };
@@ -92,18 +101,45 @@ struct ExtractOptions {
   std::optional<std::pair<unsigned, unsigned>> owner;
   std::uint64_t max_bytes = std::uint64_t{1} << 40;  // refuse archives that expand beyond this (kMaxRestoreBytes)
   ArchiveProgressFn progress;
+  // Where the restored tree's file stamps go (layers.h), written as the
+  // last layer's id; empty: none.
+  std::filesystem::path baseline_out;
 };
 
 struct ExtractResult {
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;  // file contents written
   std::string digest;
+  std::string parent;  // the snapshot an incremental archive holds the changes since ("" when complete)
+};
+
+// One archive of a snapshot's chain: the file, its expected digest and the
+// snapshot id it is (each layer after the first must name the one before as
+// its parent).
+struct Layer {
+  std::filesystem::path archive;
+  std::string digest;
+  std::string id;
 };
 
 // Extracts `archive` into `dest`, which must not exist yet (its parent must).
 // On any failure `dest` is removed and ArchiveError says why.
 ExtractResult extract_archive(const std::filesystem::path& archive, const std::filesystem::path& dest,
                               const ExtractOptions& options = {});
+
+// Extracts a chain into `dest` (which must not exist): the first, complete
+// archive, then each incremental one over it, then removes what the last
+// one's list of paths does not name. Every digest and parent link is checked
+// while it streams; any failure removes `dest`.
+ExtractResult extract_layers(const std::vector<Layer>& layers, const std::filesystem::path& dest,
+                             const ExtractOptions& options = {});
+
+// Merge on prune (docs/design.md section 9): `child` with what it inherits
+// from `parent` folded in, written atomically to `dest` as a snapshot whose
+// parent is `new_parent` ("" when `parent` was complete: the result is too).
+// Both digests are checked; a failure leaves no file.
+WriteResult merge_archives(const Layer& parent, const Layer& child, const std::string& new_parent,
+                           const std::filesystem::path& dest, const WriteOptions& options = {});
 
 // "sha256:<hex>" of a file (recovery and `snapshot show`).
 std::string file_digest(const std::filesystem::path& file);

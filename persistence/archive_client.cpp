@@ -132,15 +132,41 @@ void fsync_dir(const fs::path& dir) {
   if (rc != 0) throw ArchiveError(os::errno_text("cannot sync " + dir.string(), err));
 }
 
+// How the helper's command line says "none" (archive_helper.cpp).
+std::string or_dash(const std::string& v) { return v.empty() ? std::string("-") : v; }
+
+WriteResult parse_write(const std::string& ok) {
+  WriteResult result;
+  unsigned long long archive_bytes = 0, input_bytes = 0, files = 0, skipped = 0, stored = 0;
+  char digest[128] = {0};
+  if (std::sscanf(ok.c_str(), "%llu %llu %llu %llu %127s %llu", &archive_bytes, &input_bytes, &files, &skipped, digest,
+                  &stored) != 6)
+    throw ArchiveError("the snapshot helper gave an unreadable report: " + ok);
+  result.archive_bytes = archive_bytes;
+  result.input_bytes = input_bytes;
+  result.files = files;
+  result.skipped = skipped;
+  result.digest = digest;
+  result.stored = stored;
+  return result;
+}
+
+// Renames a finished temporary file into place and makes the rename durable.
+void commit(const fs::path& temp, const fs::path& dest) {
+  if (rename(temp.c_str(), dest.c_str()) != 0) throw ArchiveError(os::errno_text("cannot rename " + temp.string(), errno));
+  fsync_dir(dest.parent_path());
+}
+
 ExtractResult parse_extract(const std::string& ok) {
   ExtractResult r;
   unsigned long long files = 0, bytes = 0;
-  char digest[128] = {0};
-  if (std::sscanf(ok.c_str(), "%llu %llu %127s", &files, &bytes, digest) < 2)
-    throw ArchiveError("the snapshot helper gave an unreadable report: " + ok);
+  char digest[128] = {0}, parent[160] = {0};
+  int got = std::sscanf(ok.c_str(), "%llu %llu %127s %159s", &files, &bytes, digest, parent);
+  if (got < 2) throw ArchiveError("the snapshot helper gave an unreadable report: " + ok);
   r.files = files;
   r.bytes = bytes;
   r.digest = digest;
+  if (got == 4 && std::string(parent) != "-") r.parent = parent;
   return r;
 }
 
@@ -150,7 +176,14 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path&
                           const WriteHooks& hooks) {
   fs::path temp = dest;
   temp += temp_suffix();
-  std::vector<std::string> args{"write", temp.string(), std::to_string(options.level), std::to_string(options.threads)};
+  std::vector<std::string> args{"write",
+                                temp.string(),
+                                std::to_string(options.level),
+                                std::to_string(options.threads),
+                                or_dash(options.snapshot_id),
+                                or_dash(options.parent),
+                                or_dash(options.baseline_in.string()),
+                                or_dash(options.baseline_out.string())};
   for (const auto& t : trees) {
     args.push_back(t.name);
     args.push_back(t.dir.string());
@@ -162,19 +195,9 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path&
       std::sscanf(p, "%llu %llu", &bytes, &files);
       options.progress({bytes, files, std::nullopt});
     }, options.timeout);
-    WriteResult result;
-    unsigned long long archive_bytes = 0, input_bytes = 0, files = 0, skipped = 0;
-    char digest[128] = {0};
-    if (std::sscanf(ok.c_str(), "%llu %llu %llu %llu %127s", &archive_bytes, &input_bytes, &files, &skipped, digest) != 5)
-      throw ArchiveError("the snapshot helper gave an unreadable report: " + ok);
-    result.archive_bytes = archive_bytes;
-    result.input_bytes = input_bytes;
-    result.files = files;
-    result.skipped = skipped;
-    result.digest = digest;
+    WriteResult result = parse_write(ok);
     if (hooks.before_rename) hooks.before_rename(result);
-    if (rename(temp.c_str(), dest.c_str()) != 0) throw ArchiveError(os::errno_text("cannot rename " + temp.string(), errno));
-    fsync_dir(dest.parent_path());
+    commit(temp, dest);
     if (options.progress) options.progress({result.input_bytes, result.files, std::nullopt});
     return result;
   } catch (...) {
@@ -183,19 +206,20 @@ WriteResult write_archive(const std::vector<ArchiveTree>& trees, const fs::path&
   }
 }
 
-ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ExtractOptions& options) {
+ExtractResult extract_layers(const std::vector<Layer>& layers, const fs::path& dest, const ExtractOptions& options) {
   // The helper refuses an existing destination too; checked here so that
   // cleaning up after a helper that died never removes what was there before.
   struct stat st;
   if (lstat(dest.c_str(), &st) == 0) throw ArchiveError(os::errno_text("cannot create " + dest.string(), EEXIST));
-  std::string owner = "-";
+  std::string owner;
   if (options.owner) owner = std::to_string(options.owner->first) + ":" + std::to_string(options.owner->second);
-  std::vector<std::string> args{"extract",
-                                archive.string(),
-                                dest.string(),
-                                options.expected_digest.empty() ? "-" : options.expected_digest,
-                                owner,
-                                std::to_string(options.max_bytes)};
+  std::vector<std::string> args{"extract", dest.string(), or_dash(owner), std::to_string(options.max_bytes),
+                                or_dash(options.baseline_out.string()), std::to_string(layers.size())};
+  for (const auto& l : layers) {
+    args.push_back(l.archive.string());
+    args.push_back(or_dash(l.digest));
+    args.push_back(or_dash(l.id));
+  }
   args.insert(args.end(), options.allowed_tops.begin(), options.allowed_tops.end());
   try {
     return parse_extract(run_helper(args, [&](const char* p) {
@@ -206,6 +230,28 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
     }, options.timeout));
   } catch (...) {
     remove_tree(dest);  // the helper does this itself unless it was killed; box-written (tree_fs.h)
+    if (!options.baseline_out.empty()) unlink(options.baseline_out.c_str());
+    throw;
+  }
+}
+
+ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ExtractOptions& options) {
+  return extract_layers({{archive, options.expected_digest, ""}}, dest, options);
+}
+
+WriteResult merge_archives(const Layer& parent, const Layer& child, const std::string& new_parent, const fs::path& dest,
+                           const WriteOptions& options) {
+  fs::path temp = dest;
+  temp += temp_suffix();
+  std::vector<std::string> args{"merge", temp.string(), std::to_string(options.level), std::to_string(options.threads),
+                                or_dash(new_parent), parent.archive.string(), or_dash(parent.digest), or_dash(parent.id),
+                                child.archive.string(), or_dash(child.digest), or_dash(child.id)};
+  try {
+    WriteResult result = parse_write(run_helper(args, {}, options.timeout));
+    commit(temp, dest);
+    return result;
+  } catch (...) {
+    unlink(temp.c_str());
     throw;
   }
 }

@@ -3,10 +3,13 @@
 // libarchive, its decoders and OpenSSL are never mapped into the server, and
 // an untrusted archive is parsed in a process of its own.
 //
-//   agentbox-archive write   TEMP LEVEL THREADS NAME DIR [NAME DIR]...
-//   agentbox-archive extract ARCHIVE DEST DIGEST|- UID:GID|- MAX_BYTES TOP...
+//   agentbox-archive write   TEMP LEVEL THREADS ID PARENT BASELINE_IN BASELINE_OUT NAME DIR [NAME DIR]...
+//   agentbox-archive extract DEST UID:GID MAX_BYTES BASELINE_OUT N (ARCHIVE DIGEST ID)×N TOP...
+//   agentbox-archive merge   TEMP LEVEL THREADS NEW_PARENT ARCHIVE DIGEST ID ARCHIVE DIGEST ID
 //   agentbox-archive verify  ARCHIVE
 //   agentbox-archive digest  FILE
+//
+// "-" stands for an empty value (no parent, no baseline, no owner, no digest).
 //
 // Reports are lines on stdout: "P <bytes> <files> [<total>]" while working,
 // then one "OK ..." or "ERR <message>" line. The exit status is 0 after OK.
@@ -70,6 +73,13 @@ void gain_owner_rights() {
   write_file("/proc/self/gid_map", "0 " + gid + " 1");
 }
 
+std::string opt(const char* s) { return std::string(s) == "-" ? std::string() : std::string(s); }
+
+std::string write_report(const WriteResult& r) {
+  return "OK " + num(r.archive_bytes) + " " + num(r.input_bytes) + " " + num(r.files) + " " + num(r.skipped) + " " +
+         r.digest + " " + num(r.stored);
+}
+
 std::uint64_t parse_u64(const char* s) {
   char* end = nullptr;
   errno = 0;
@@ -79,45 +89,61 @@ std::uint64_t parse_u64(const char* s) {
 }
 
 int usage() {
-  say("ERR usage: agentbox-archive write|extract|verify|digest ... (run by agentbox, not by hand)");
+  say("ERR usage: agentbox-archive write|extract|merge|verify|digest ... (run by agentbox, not by hand)");
   return 2;
 }
 
 int run(int argc, char** argv) {
   std::string cmd = argv[1];
-  if (cmd == "write" && argc >= 7 && (argc - 5) % 2 == 0) {
+  if (cmd == "write" && argc >= 11 && (argc - 9) % 2 == 0) {
     gain_owner_rights();
     WriteOptions options;
     options.level = static_cast<int>(parse_u64(argv[3]));
     options.threads = static_cast<int>(parse_u64(argv[4]));
+    options.snapshot_id = opt(argv[5]);
+    options.parent = opt(argv[6]);
+    options.baseline_in = opt(argv[7]);
+    options.baseline_out = opt(argv[8]);
     options.progress = [](const ArchiveProgress& p) { say("P " + num(p.bytes) + " " + num(p.files)); };
     std::vector<ArchiveTree> trees;
-    for (int i = 5; i + 1 < argc; i += 2) trees.push_back({argv[i], argv[i + 1]});
-    WriteResult r = local::write_archive_file(trees, argv[2], options);
-    say("OK " + num(r.archive_bytes) + " " + num(r.input_bytes) + " " + num(r.files) + " " + num(r.skipped) + " " +
-        r.digest);
+    for (int i = 9; i + 1 < argc; i += 2) trees.push_back({argv[i], argv[i + 1]});
+    say(write_report(local::write_archive_file(trees, argv[2], options)));
     return 0;
   }
-  if (cmd == "extract" && argc >= 7) {
+  if (cmd == "extract" && argc >= 8) {
     ExtractOptions options;
-    if (std::string(argv[4]) != "-") options.expected_digest = argv[4];
-    if (std::string(argv[5]) != "-") {
+    if (std::string owner = opt(argv[3]); !owner.empty()) {
       unsigned uid = 0, gid = 0;
-      if (std::sscanf(argv[5], "%u:%u", &uid, &gid) != 2) throw ArchiveError(std::string("bad owner: ") + argv[5]);
+      if (std::sscanf(owner.c_str(), "%u:%u", &uid, &gid) != 2) throw ArchiveError("bad owner: " + owner);
       options.owner = std::make_pair(uid, gid);
     }
-    options.max_bytes = parse_u64(argv[6]);
-    options.allowed_tops.assign(argv + 7, argv + argc);
+    options.max_bytes = parse_u64(argv[4]);
+    options.baseline_out = opt(argv[5]);
+    std::uint64_t n = parse_u64(argv[6]);
+    if (n == 0 || n > 4096 || 7 + 3 * n > static_cast<std::uint64_t>(argc)) return usage();
+    std::vector<Layer> chain;
+    for (std::uint64_t i = 0; i < n; ++i)
+      chain.push_back({argv[7 + 3 * i], opt(argv[8 + 3 * i]), opt(argv[9 + 3 * i])});
+    options.allowed_tops.assign(argv + 7 + 3 * n, argv + argc);
     options.progress = [](const ArchiveProgress& p) {
       say("P " + num(p.bytes) + " " + num(p.files) + " " + num(p.total_bytes.value_or(0)));
     };
-    ExtractResult r = local::extract_archive(argv[2], argv[3], options);
+    ExtractResult r = local::extract_layers(chain, argv[2], options);
     say("OK " + num(r.files) + " " + num(r.bytes) + " " + r.digest);
+    return 0;
+  }
+  if (cmd == "merge" && argc == 12) {
+    WriteOptions options;
+    options.level = static_cast<int>(parse_u64(argv[3]));
+    options.threads = static_cast<int>(parse_u64(argv[4]));
+    Layer parent{argv[6], opt(argv[7]), opt(argv[8])};
+    Layer child{argv[9], opt(argv[10]), opt(argv[11])};
+    say(write_report(local::merge_archives_file(parent, child, opt(argv[5]), argv[2], options)));
     return 0;
   }
   if (cmd == "verify" && argc == 3) {
     ExtractResult r = local::verify_archive(argv[2]);
-    say("OK " + num(r.files) + " " + num(r.bytes) + " " + r.digest);
+    say("OK " + num(r.files) + " " + num(r.bytes) + " " + r.digest + " " + (r.parent.empty() ? "-" : r.parent));
     return 0;
   }
   if (cmd == "digest" && argc == 3) {

@@ -15,8 +15,11 @@ namespace agentbox::persistence::local {
 WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const std::filesystem::path& temp,
                                const WriteOptions& options);
 
-ExtractResult extract_archive(const std::filesystem::path& archive, const std::filesystem::path& dest,
-                              const ExtractOptions& options);
+ExtractResult extract_layers(const std::vector<Layer>& layers, const std::filesystem::path& dest,
+                             const ExtractOptions& options);
+// Writes the merge to `temp` (created with O_EXCL, fsynced); the caller renames.
+WriteResult merge_archives_file(const Layer& parent, const Layer& child, const std::string& new_parent,
+                                const std::filesystem::path& temp, const WriteOptions& options);
 ExtractResult verify_archive(const std::filesystem::path& archive);
 std::string file_digest(const std::filesystem::path& file);
 

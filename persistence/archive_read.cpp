@@ -20,6 +20,7 @@
 #include "persistence/archive_local.h"
 #include "persistence/archive_rules.h"
 #include "persistence/child_lines.h"
+#include "persistence/layers.h"
 #include "persistence/sha256.h"
 #include "persistence/tree_fs.h"
 
@@ -27,6 +28,7 @@
 #include <archive_entry.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -70,6 +72,12 @@ la_ssize_t source_read(struct archive*, void* data, const void** out) {
     *out = s->buffer.data();
     return n;
   }
+}
+
+// libarchive's message, which can be null (a zstd stream damaged mid-way).
+std::string why(struct archive* a) {
+  const char* e = archive_error_string(a);
+  return e ? e : "unknown libarchive error";
 }
 
 // What the last bytes libarchive did not need still count in the digest.
@@ -178,12 +186,35 @@ void say(int fd, const std::string& line) {
   }
 }
 
+// How one archive of a chain is extracted (extract_layers): over the
+// layers before it, and with the last one's list of paths applied.
+struct LayerRun {
+  bool over = false;            // the destination holds the earlier layers
+  bool prune = false;           // the last layer of several: remove what its list does not name
+  std::string expected_parent;  // "" for the first (complete) archive
+  bool check_parent = true;     // false when only verifying
+  int root = -1;                // the destination (the child's)
+};
+
+// An entry under .agentbox/ (layers.h): read into memory, never written out.
+std::string read_meta(struct archive* in, archive_entry* entry, const char* path) {
+  std::string_view name(path);
+  if ((name != layers::kParentEntry && name != layers::kPathsEntry) || archive_entry_filetype(entry) != AE_IFREG ||
+      archive_entry_size(entry) < 0 || static_cast<std::uint64_t>(archive_entry_size(entry)) > layers::kMaxPathsBytes)
+    throw ArchiveError(std::string("entry '") + shorten_path(path) + "' is not one a snapshot holds");
+  std::string text(static_cast<std::size_t>(archive_entry_size(entry)), '\0');
+  la_ssize_t n = text.empty() ? 0 : archive_read_data(in, text.data(), text.size());
+  if (n != static_cast<la_ssize_t>(text.size()))
+    throw ArchiveError(std::string("corrupt archive at ") + path + ": " + (n < 0 ? why(in) : std::string("short")));
+  return text;
+}
+
 // The loop of libarchive's examples/untar.c: header → checks → write header →
 // copy data blocks → finish entry. With out == nullptr it only reads. A
 // compressed source is the archive file (digest checked here); otherwise it
 // is the tar stream the parent decompressed (the parent checks the digest).
 ExtractResult run(Source& source, bool compressed, struct archive* out, const ExtractOptions& options,
-                  int report_fd, EntryPlace* place = nullptr) {
+                  int report_fd, EntryPlace* place = nullptr, const LayerRun& layer = {}) {
   ReadState st;
   st.in = archive_read_new();
   st.out = out;
@@ -192,16 +223,29 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
   archive_read_support_format_tar(st.in);
   archive_read_set_options(st.in, "hdrcharset=BINARY");
   if (archive_read_open(st.in, &source, nullptr, source_read, nullptr) != ARCHIVE_OK)
-    throw ArchiveError(std::string("not a snapshot archive: ") + archive_error_string(st.in));
+    throw ArchiveError(std::string("not a snapshot archive: ") + why(st.in));
   ExtractResult result;
-  std::vector<char> zero;
+  std::string paths_text;
+  bool has_paths = false;
+  std::vector<layers::DirFix> dir_fixes;
   auto last = std::chrono::steady_clock::now();
   for (;;) {
     archive_entry* entry = nullptr;
     int rc = archive_read_next_header(st.in, &entry);
     if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("corrupt archive: ") + archive_error_string(st.in));
+    if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("corrupt archive: ") + why(st.in));
     const char* path = archive_entry_pathname(entry);
+    if (path && layers::is_meta(path)) {
+      std::string text = read_meta(st.in, entry, path);
+      if (std::string_view(path) == layers::kParentEntry) {
+        bool id = text.size() <= 128;
+        for (char c : text) id = id && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+        if (!id) throw ArchiveError("the archive's parent entry is not a snapshot id");
+        result.parent = std::move(text);
+      }
+      else paths_text = std::move(text), has_paths = true;
+      continue;
+    }
     if (auto problem = path_problem(path, options.allowed_tops); !problem.empty()) throw ArchiveError(problem);
     if (const char* link = archive_entry_hardlink(entry)) {
       if (auto problem = path_problem(link, options.allowed_tops); !problem.empty())
@@ -222,6 +266,16 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
         std::string full = path;
         path = nullptr;  // copy_pathname below frees it
         bool by_parent = !hard_link && type != AE_IFDIR;
+        if (type == AE_IFDIR && !hard_link) {
+          std::string dir = full;
+          while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+          dir_fixes.push_back({dir, archive_entry_mode(entry), archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)});
+        }
+        if (layer.over && type != AE_IFDIR) {
+          // A directory an earlier layer left where this entry goes.
+          std::string name = place->enter(full, true);
+          if (name.find('/') == std::string::npos) layers::clear_dir_in_the_way(AT_FDCWD, name);
+        }
         archive_entry_copy_pathname(entry, place->enter(full, by_parent).c_str());
         rc = archive_write_header(st.out, entry);
         archive_entry_copy_pathname(entry, full.c_str());
@@ -229,27 +283,38 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
       } else {
         rc = archive_write_header(st.out, entry);
       }
-      if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("refused: ") + archive_error_string(st.out));
+      if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("refused: ") + why(st.out));
     }
     const void* block;
     size_t size;
     la_int64_t offset;
     while ((rc = archive_read_data_block(st.in, &block, &size, &offset)) == ARCHIVE_OK) {
       if (st.out && archive_write_data_block(st.out, block, size, offset) < ARCHIVE_WARN)
-        throw ArchiveError(std::string("cannot write ") + path + ": " + archive_error_string(st.out));
+        throw ArchiveError(std::string("cannot write ") + path + ": " + why(st.out));
     }
-    if (rc != ARCHIVE_EOF) throw ArchiveError(std::string("corrupt archive at ") + path + ": " + archive_error_string(st.in));
+    if (rc != ARCHIVE_EOF) throw ArchiveError(std::string("corrupt archive at ") + path + ": " + why(st.in));
     if (st.out && archive_write_finish_entry(st.out) < ARCHIVE_WARN)
-      throw ArchiveError(std::string("cannot finish ") + path + ": " + archive_error_string(st.out));
+      throw ArchiveError(std::string("cannot finish ") + path + ": " + why(st.out));
     if (report_fd >= 0 && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(200)) {
       last = std::chrono::steady_clock::now();
       say(report_fd, "P " + std::to_string(result.files));
     }
   }
+  if (layer.check_parent && result.parent != layer.expected_parent)
+    throw ArchiveError(layer.expected_parent.empty()
+                           ? "the archive holds only the changes since snapshot " + result.parent +
+                                 ", and cannot be restored without it"
+                           : "the archive holds the changes since snapshot '" + result.parent + "', not since " +
+                                 layer.expected_parent + " as the catalog's chain says");
+  if (layer.prune) {
+    if (!has_paths) throw ArchiveError("the newest archive of the chain has no list of its paths");
+    layers::prune_to(layer.root, options.allowed_tops, layers::PathList::parse(paths_text));
+  }
   // Directories' final modes and mtimes are applied at close, by full path.
   if (place) place->leave();
   if (st.out && archive_write_close(st.out) != ARCHIVE_OK)
-    throw ArchiveError(std::string("cannot finish extraction: ") + archive_error_string(st.out));
+    throw ArchiveError(std::string("cannot finish extraction: ") + why(st.out));
+  if (st.out && layer.root >= 0) layers::fix_dirs(layer.root, std::move(dir_fixes));
   if (!compressed) return result;
   drain(source);
   result.digest = source.sha.finish();
@@ -289,7 +354,7 @@ struct Feeder {
       bool sending = true;
       while (sending && (rc = archive_read_data_block(a, &block, &size, &offset)) == ARCHIVE_OK)
         sending = send_all(static_cast<const char*>(block), size);
-      if (rc < ARCHIVE_EOF) error = std::string("corrupt archive: ") + archive_error_string(a);
+      if (rc < ARCHIVE_EOF) error = std::string("corrupt archive: ") + why(a);
     }
     archive_read_free(a);
     shutdown(out, SHUT_WR);  // the child sees the end of the stream
@@ -311,7 +376,7 @@ struct Feeder {
 };
 
 [[noreturn]] void child_main(const fs::path& dest, int stream_fd, int report_fd, const ExtractOptions& options,
-                             pid_t parent) {
+                             pid_t parent, LayerRun layer) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
     // Entered before dropping to the sandbox user, who need not be able to
@@ -340,7 +405,9 @@ struct Feeder {
     int root = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (root < 0) throw ArchiveError("cannot open " + dest.string() + ": " + std::strerror(errno));
     EntryPlace place(root);
-    ExtractResult r = run(source, false, out, options, report_fd, &place);
+    layer.root = root;
+    if (layer.over) layers::make_dirs_writable(root, options.allowed_tops);
+    ExtractResult r = run(source, false, out, options, report_fd, &place, layer);
     say(report_fd, "OK " + std::to_string(r.files) + " " + std::to_string(r.bytes));
     _exit(0);
   } catch (const std::exception& e) {
@@ -365,15 +432,22 @@ ExtractResult verify_archive(const fs::path& archive) {
     ~Closer() { close(fd); }
   } closer{source.fd};
   ExtractOptions options;
-  return run(source, true, nullptr, options, -1);
+  LayerRun any;
+  any.check_parent = false;
+  return run(source, true, nullptr, options, -1, nullptr, any);
 }
 
-ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, const ExtractOptions& options) {
+namespace {
+
+ExtractResult extract_one(const fs::path& archive, const fs::path& dest, const ExtractOptions& options,
+                          const LayerRun& layer) {
   struct stat st;
-  if (::stat(archive.c_str(), &st) != 0)
+  if (::stat(archive.c_str(), &st) != 0) {
+    if (layer.over) remove_tree(dest);
     throw ArchiveError("cannot read " + archive.string() + ": " + std::strerror(errno));
+  }
   std::uint64_t total = static_cast<std::uint64_t>(st.st_size);
-  if (mkdir(dest.c_str(), 0700) != 0)
+  if (!layer.over && mkdir(dest.c_str(), 0700) != 0)
     throw ArchiveError("cannot create " + dest.string() + ": " + std::strerror(errno));
   auto fail = [&](const std::string& message) -> ArchiveError {
     remove_tree(dest);  // written by the sandbox uid: by descriptor (tree_fs.h)
@@ -410,7 +484,7 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
     close(pipe_fds[0]);
     close(stream_fds[0]);
     close(feeder.source.fd);
-    child_main(dest, stream_fds[1], pipe_fds[1], options, parent);
+    child_main(dest, stream_fds[1], pipe_fds[1], options, parent, layer);
   }
   close(pipe_fds[1]);
   close(stream_fds[1]);
@@ -459,6 +533,34 @@ ExtractResult extract_archive(const fs::path& archive, const fs::path& dest, con
   result.digest = feeder.digest;
   if (options.progress) options.progress({total, result.files, total});
   return result;
+}
+
+}  // namespace
+
+ExtractResult extract_layers(const std::vector<Layer>& chain, const fs::path& dest, const ExtractOptions& options) {
+  if (chain.empty()) throw ArchiveError("no archive to restore");
+  ExtractResult total;
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    ExtractOptions one = options;
+    one.expected_digest = chain[i].digest;
+    LayerRun layer;
+    layer.over = i > 0;
+    layer.prune = i + 1 == chain.size() && chain.size() > 1;
+    layer.expected_parent = i > 0 ? chain[i - 1].id : "";
+    ExtractResult r = extract_one(chain[i].archive, dest, one, layer);
+    total.files = r.files;
+    total.bytes += r.bytes;
+    total.digest = r.digest;
+  }
+  if (!options.baseline_out.empty()) {
+    try {
+      layers::write_tree_baseline(dest, options.allowed_tops, options.baseline_out, chain.back().id);
+    } catch (...) {
+      remove_tree(dest);
+      throw;
+    }
+  }
+  return total;
 }
 
 }  // namespace local

@@ -1,8 +1,10 @@
 // Snapshot writing: tree walk → pax entries → zstd → temporary file.
 #include "os/errno_text.h"
 #include "persistence/archive_local.h"
+#include "persistence/archive_out.h"
 #include "persistence/archive_rules.h"
 #include "persistence/child_lines.h"
+#include "persistence/layers.h"
 #include "persistence/sha256.h"
 
 #include <archive.h>
@@ -17,6 +19,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sys/stat.h>
 #include <thread>
@@ -52,62 +55,20 @@ struct FdCloser {
   }
 };
 
-// Where compressed bytes go: the temporary file, hashed on the way.
-struct Sink {
-  int fd = -1;
-  Sha256 sha;
-  std::uint64_t written = 0;
-  int error = 0;
-};
-
-la_ssize_t sink_write(struct archive*, void* data, const void* buffer, size_t length) {
-  auto* sink = static_cast<Sink*>(data);
-  const char* p = static_cast<const char*>(buffer);
-  std::size_t left = length;
-  while (left > 0) {
-    ssize_t n = ::write(sink->fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      sink->error = errno;
-      return -1;
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  sink->sha.update(buffer, length);
-  sink->written += length;
-  return static_cast<la_ssize_t>(length);
-}
-
 class Writer {
  public:
-  Writer(Sink& sink, const WriteOptions& options) : options_(options), buffer_(kBlock) {
-    a_ = archive_write_new();
+  Writer(local::ArchiveOut& out, const WriteOptions& options)
+      : options_(options), buffer_(kBlock), out_(out), a_(out.get()) {
     resolver_ = archive_entry_linkresolver_new();
     archive_entry_linkresolver_set_strategy(resolver_, ARCHIVE_FORMAT_TAR_PAX_INTERCHANGE);
-    // Full pax (not "restricted"): every entry carries its nanosecond mtime.
-    check(archive_write_set_format_pax(a_), "pax format");
-    // Names are stored as the bytes they are, whatever the server's locale:
-    // a UTF-8 (or any) name round-trips exactly.
-    check(archive_write_set_format_option(a_, "pax", "hdrcharset", "BINARY"), "pax hdrcharset");
-    check(archive_write_add_filter_zstd(a_), "zstd filter");
-    check(archive_write_set_filter_option(a_, "zstd", "compression-level", std::to_string(options.level).c_str()),
-          "zstd level");
-    unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads)
-                                           : std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
-    // Worker threads compress while this thread reads files (libarchive
-    // ≥ 3.6 with a multithreaded libzstd); without them it is one thread.
-    if (threads > 1) archive_write_set_filter_option(a_, "zstd", "threads", std::to_string(threads).c_str());
-    archive_write_set_bytes_per_block(a_, 64 * 1024);
-    archive_write_set_bytes_in_last_block(a_, 1);
-    if (archive_write_open(a_, &sink, nullptr, sink_write, nullptr) != ARCHIVE_OK)
-      throw ArchiveError(error_text("cannot start the archive", sink));
-    sink_ = &sink;
+    // Incremental snapshots (layers.h): what the parent's files were, where
+    // this snapshot's stamps go, and the parent entry first.
+    if (!options.parent.empty()) baseline_ = layers::Baseline::load(options.baseline_in, options.parent);
+    if (!options.baseline_out.empty())
+      stamps_.emplace(options.baseline_out, options.snapshot_id, layers::Instant::racy_limit());
+    out_.meta(layers::kParentEntry, options.parent);
   }
-  ~Writer() {
-    archive_entry_linkresolver_free(resolver_);
-    archive_write_free(a_);
-  }
+  ~Writer() { archive_entry_linkresolver_free(resolver_); }
 
   void tree(const ArchiveTree& t) {
     tops_.push_back(t.name);
@@ -132,21 +93,14 @@ class Writer {
       entry = nullptr;
       archive_entry_linkify(resolver_, &entry, &sparse);
     }
-    if (archive_write_close(a_) != ARCHIVE_OK) throw ArchiveError(error_text("cannot finish the archive", *sink_));
+    out_.meta(layers::kPathsEntry, paths_.text());
+    out_.close();
+    if (stamps_) stamps_->finish();
   }
 
   WriteResult result;
 
  private:
-  void check(int rc, const char* what) {
-    if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("libarchive ") + what + ": " + archive_error_string(a_));
-  }
-  std::string error_text(const std::string& what, const Sink& sink) {
-    if (sink.error) return os::errno_text(what, sink.error);
-    const char* e = archive_error_string(a_);
-    return what + ": " + (e ? e : "unknown libarchive error");
-  }
-
   void walk(int dir_fd, const std::string& prefix) {
     // Names first, then children: one descriptor per level of depth.
     std::vector<std::string> names;
@@ -255,9 +209,20 @@ class Writer {
   }
 
   void write_header(archive_entry* e) {
-    int rc = archive_write_header(a_, e);
-    if (rc < ARCHIVE_WARN) throw ArchiveError(error_text("cannot write " + std::string(archive_entry_pathname(e)), *sink_));
+    std::string name = archive_entry_pathname(e);  // the pax writer adds a '/' to a directory's
+    out_.header(e);
+    paths_.add('S', name);
     ++result.files;
+    ++result.stored;
+  }
+
+  // A file unchanged since the parent: the same inode, unmodified since
+  // its stamp was taken (layers.h). Only single-link files: a hard link's
+  // other names are stored with it.
+  bool inherited(const std::string& path, const struct stat& st) {
+    if (st.st_nlink != 1) return false;
+    const layers::Stamp* before = baseline_.find(path);
+    return before && *before == layers::stamp_of(st);
   }
 
   // Exactly what the descriptor holds: a file up to one block is read whole
@@ -266,6 +231,12 @@ class Writer {
   // size at open, and one that shrinks while it streams (written in place by
   // a running process) fails the snapshot instead of being padded with NULs.
   void regular(int fd, const std::string& path, const struct stat& st) {
+    if (stamps_) stamps_->add(path, st);
+    if (inherited(path, st)) {
+      paths_.add('I', path);
+      ++result.files;
+      return;
+    }
     archive_entry* e = make_entry(path, st);
     std::unique_ptr<archive_entry, decltype(&archive_entry_free)> owned(e, archive_entry_free);
     test_delay();
@@ -320,8 +291,7 @@ class Writer {
 
   void data(const std::string& path, const char* p, std::uint64_t n) {
     // In a sparse entry the pax writer drops the bytes that fall in holes.
-    if (archive_write_data(a_, p, static_cast<std::size_t>(n)) < 0)
-      throw ArchiveError(error_text("cannot archive " + path, *sink_));
+    out_.data(path, p, static_cast<std::size_t>(n));
     result.input_bytes += n;
     if (result.input_bytes > kMaxRestoreBytes)
       throw ArchiveError("the workspace holds more than " + std::to_string(kMaxRestoreBytes) +
@@ -356,11 +326,14 @@ class Writer {
   }
 
   const WriteOptions& options_;
+  layers::Baseline baseline_;
+  std::optional<layers::BaselineWriter> stamps_;
+  layers::PathList paths_;
   std::vector<std::string> tops_;  // the trees' names, the top-level names restore accepts
   std::vector<char> buffer_;
-  struct archive* a_ = nullptr;
+  local::ArchiveOut& out_;
+  struct archive* a_;
   archive_entry_linkresolver* resolver_ = nullptr;
-  Sink* sink_ = nullptr;
   std::chrono::steady_clock::time_point last_report_ = std::chrono::steady_clock::now();
 };
 
@@ -369,23 +342,23 @@ class Writer {
 namespace local {
 
 WriteResult write_archive_file(const std::vector<ArchiveTree>& trees, const fs::path& temp, const WriteOptions& options) {
-  Sink sink;
-  sink.fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (sink.fd < 0) throw ArchiveError(os::errno_text("cannot create " + temp.string(), errno));
-  FdCloser closer(sink.fd);
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw ArchiveError(os::errno_text("cannot create " + temp.string(), errno));
+  FdCloser closer(fd);
   try {
     WriteResult result;
     {
-      Writer writer(sink, options);
+      ArchiveOut out(fd, options);
+      Writer writer(out, options);
       for (const auto& t : trees) writer.tree(t);
       writer.finish();
       result = writer.result;
+      result.archive_bytes = out.sink().written;
+      result.digest = out.digest();
     }
     // Durable before it gets its final name: a rename that survives a crash
     // must never point at unwritten blocks.
-    if (fsync(sink.fd) != 0) throw ArchiveError(os::errno_text("cannot sync " + temp.string(), errno));
-    result.archive_bytes = sink.written;
-    result.digest = sink.sha.finish();
+    if (fsync(fd) != 0) throw ArchiveError(os::errno_text("cannot sync " + temp.string(), errno));
     return result;
   } catch (...) {
     unlink(temp.c_str());

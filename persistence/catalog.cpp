@@ -75,6 +75,13 @@ constexpr const char* kMigrations[] = {
         stamp TEXT NOT NULL,
         cached_at TEXT NOT NULL);
     )sql",
+    // 5: incremental snapshots (docs/design.md section 9, "Incremental
+    // snapshots"): the snapshot an archive holds the changes since, '' for a
+    // full one. Any snapshot row, also of another sandbox (a fork's).
+    R"sql(
+      ALTER TABLE snapshots ADD COLUMN parent TEXT NOT NULL DEFAULT '';
+      CREATE INDEX snapshots_by_parent ON snapshots(parent) WHERE parent != '';
+    )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
 
@@ -97,7 +104,7 @@ SandboxRecord read_sandbox(const Statement& st) {
 }
 
 constexpr const char* kSnapshotColumns =
-    "SELECT id, sandbox_id, created_at, bytes, files, digest, label, path, reason, complete FROM snapshots";
+    "SELECT id, sandbox_id, created_at, bytes, files, digest, label, path, reason, complete, parent FROM snapshots";
 
 SnapshotRecord read_snapshot(const Statement& st) {
   SnapshotRecord r;
@@ -112,6 +119,7 @@ SnapshotRecord read_snapshot(const Statement& st) {
   r.reason = st.text(8);
   r.complete = st.integer(9) == 1;
   r.removing = st.integer(9) == 2;
+  r.parent = st.text(10);
   return r;
 }
 
@@ -364,11 +372,11 @@ std::vector<SessionRecord> Catalog::sessions(const std::string& sandbox) {
 void Catalog::add_snapshot(const SnapshotRecord& r) {
   std::lock_guard lock(mutex_);
   Statement(db_,
-            "INSERT INTO snapshots (id, sandbox_id, created_at, bytes, files, digest, label, path, reason, complete) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            "INSERT INTO snapshots (id, sandbox_id, created_at, bytes, files, digest, label, path, reason, complete, parent) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, r.id).bind(2, r.sandbox).bind(3, r.created_at).bind(4, static_cast<std::int64_t>(r.bytes))
       .bind(5, static_cast<std::int64_t>(r.files)).bind(6, r.digest).bind(7, r.label).bind(8, r.path)
-      .bind(9, r.reason).bind(10, std::int64_t{r.complete}).run();
+      .bind(9, r.reason).bind(10, std::int64_t{r.complete}).bind(11, r.parent).run();
 }
 
 void Catalog::mark_removing(const std::string& snapshot) {

@@ -76,6 +76,10 @@ struct SnapshotRecord {
   std::string reason;        // manual, idle, recovered
   bool complete = false;     // false between "about to rename" and "renamed"
   bool removing = false;     // being deleted (complete = 2): its file may be gone already
+  // Incremental snapshots: the snapshot this archive holds the changes
+  // since (its restore extracts that one's chain first), empty when the
+  // archive is complete by itself.
+  std::string parent;
 };
 
 // The host uid and gid a root server runs a sandbox as (docs/design.md
@@ -113,7 +117,7 @@ std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -184,6 +188,16 @@ class Catalog {
   std::optional<SnapshotRecord> find_snapshot(const std::string& id);
   std::optional<SnapshotRecord> latest_snapshot(const std::string& sandbox);
   void remove_snapshot(const std::string& id);
+
+  // Incremental snapshots' links (catalog_chain.cpp). chain: the snapshots
+  // a restore of `snapshot` extracts, oldest (a full archive) first, ending
+  // with it; throws CatalogError naming a missing or incomplete link (or a
+  // cycle). children: complete or not, of any sandbox. replace_archive: a
+  // merge's result for `snapshot` (its file, digest, size and new parent)
+  // in one statement.
+  std::vector<SnapshotRecord> chain(const SnapshotRecord& snapshot);
+  std::vector<SnapshotRecord> children(const std::string& snapshot);
+  void replace_archive(const SnapshotRecord& merged);
 
   // The warm cache's rows (catalog_warm.cpp). set_warm replaces the
   // sandbox's row; take_warm removes it and returns what it was (the parked

@@ -156,7 +156,14 @@ void finish_destroy(Catalog& catalog, SnapshotStore& store, const std::string& s
     catalog.set_state(sandbox, SandboxState::None);
     return;
   }
-  for (const auto& s : catalog.snapshots(sandbox, true)) {
+  auto own = catalog.snapshots(sandbox, true);  // newest first
+  // A fork's snapshot may hold only its changes since one of these: it gets
+  // what it inherits first (merge on prune; a failure stops the destroy
+  // here, and the tombstone finishes it later).
+  for (const auto& s : own)
+    for (const auto& child : catalog.children(s.id))
+      if (child.sandbox != sandbox && child.complete) store.fold(s, child);
+  for (const auto& s : own) {
     std::error_code ec;
     fs::remove(store.file(s), ec);
   }

@@ -103,6 +103,13 @@ class Recovery {
       if (is_temp_archive(name)) {
         fs::remove(entry.path(), ec);
         act("removed half-written archive " + entry.path().string());
+      } else if (name.rfind("baseline.tmp-", 0) == 0) {
+        fs::remove(entry.path(), ec);  // stamps of a snapshot or restore that did not finish
+      } else if (name.ends_with(kMergedSuffix) && !recorded.count(name)) {
+        // A merge on prune that never reached the catalog: the chain it
+        // would have replaced is intact.
+        fs::remove(entry.path(), ec);
+        act("removed uncommitted merge " + entry.path().string());
       } else if (name.size() > 8 && name.ends_with(".tar.zst") && !recorded.count(name)) {
         adopt(id, entry.path());
       }
@@ -123,6 +130,7 @@ class Recovery {
       s.digest = r.digest;
       s.path = fs::relative(file, layout_.root).string();
       s.reason = "recovered";
+      s.parent = r.parent;  // a chain it belongs to restores it; without its parent it says so
       s.complete = true;
       catalog_.add_snapshot(s);
       act("adopted archive " + file.string() + " as snapshot " + s.id);

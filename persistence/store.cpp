@@ -79,6 +79,44 @@ bool disk_full(const std::exception& e) {
          what.find("database or disk is full") != std::string::npos;
 }
 
+namespace {
+
+// The snapshot a baseline file was written for (layers.h: its first line).
+std::string baseline_owner(const fs::path& file) {
+  os::UniqueFd fd(open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return "";
+  char buf[256];
+  ssize_t n = read(fd.get(), buf, sizeof buf);
+  if (n <= 0) return "";
+  std::string head(buf, static_cast<std::size_t>(n));
+  const std::string magic = "agentbox-baseline 1 ";
+  std::size_t nl = head.find('\n');
+  if (head.rfind(magic, 0) != 0 || nl == std::string::npos) return "";
+  return head.substr(magic.size(), nl - magic.size());
+}
+
+// Moves a finished baseline into place, or drops it (a stale one would only
+// make the next snapshot store more: a stamp matches nothing else).
+void install_baseline(const fs::path& temp, const fs::path& to) {
+  if (rename(temp.c_str(), to.c_str()) != 0) unlink(temp.c_str());
+}
+
+}  // namespace
+
+std::string SnapshotStore::incremental_parent(const std::string& sandbox) {
+  if (max_chain_ <= 1) return "";
+  std::string id = baseline_owner(baseline(sandbox));
+  if (id.empty()) return "";
+  auto parent = catalog_.find_snapshot(id);
+  if (!parent || !parent->complete || parent->sandbox != sandbox) return "";
+  try {
+    if (catalog_.chain(*parent).size() >= max_chain_) return "";  // a complete one starts the next chain
+  } catch (const CatalogError&) {
+    return "";
+  }
+  return id;
+}
+
 SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string& label, const std::string& reason,
                                    const ArchiveProgressFn& progress) {
   SnapshotRecord record;
@@ -90,9 +128,15 @@ SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string
   fs::create_directories(dir);
   fs::path file = dir / (record.id + ".tar.zst");
   record.path = fs::relative(file, layout_.root).string();
+  record.parent = incremental_parent(sandbox);
+  fs::path stamps = baseline(sandbox).string() + ".tmp-" + random_hex(8);
   WriteOptions options;
   options.progress = progress;
   options.timeout = timeout_;
+  options.snapshot_id = record.id;
+  options.parent = record.parent;
+  options.baseline_in = baseline(sandbox);
+  options.baseline_out = stamps;
   WriteHooks hooks;
   hooks.before_rename = [&](const WriteResult& r) {
     record.created_at = iso_now();
@@ -107,10 +151,12 @@ SnapshotRecord SnapshotStore::take(const std::string& sandbox, const std::string
   } catch (...) {
     // The pending row (if it was written) names a file that never got its name.
     if (!record.created_at.empty()) catalog_.remove_snapshot(record.id);
+    unlink(stamps.c_str());
     throw;
   }
   catalog_.mark_complete(record.id);
   record.complete = true;
+  install_baseline(stamps, baseline(sandbox));
   return record;
 }
 
@@ -152,11 +198,13 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
   std::string staging_name = ".restore-" + random_hex(12);
   fs::path staging = live / staging_name;
   ExtractOptions options;
-  options.expected_digest = snapshot.digest;
   options.timeout = timeout_;
   options.owner = owner;
   options.progress = progress;
-  ExtractResult result = extract_archive(file(snapshot), staging, options);
+  fs::create_directories(layout_.snapshots(snapshot.sandbox));
+  fs::path stamps = baseline(snapshot.sandbox).string() + ".tmp-" + random_hex(8);
+  options.baseline_out = stamps;
+  ExtractResult result = extract_layers(layers_of(snapshot), staging, options);
   // Everything is unpacked and verified: now swap each tree in by rename,
   // relative to descriptors of the two directories.
   auto trees = layout_.trees(snapshot.sandbox);
@@ -186,11 +234,58 @@ ExtractResult SnapshotStore::restore(const SnapshotRecord& snapshot, std::option
       swapped.emplace_back(&tree, exchanged);
     }
   } catch (...) {
+    unlink(stamps.c_str());
     discard_dir(layout_, staging);
     throw;
   }
+  install_baseline(stamps, baseline(snapshot.sandbox));
   discard_dir(layout_, staging);  // now holds the replaced trees
   return result;
+}
+
+std::vector<Layer> SnapshotStore::layers_of(const SnapshotRecord& snapshot) {
+  std::vector<SnapshotRecord> chain;
+  try {
+    chain = catalog_.chain(snapshot);
+  } catch (const CatalogError& e) {
+    throw ArchiveError(e.what());  // a restore that cannot be: SNAPSHOT_CORRUPT, nothing touched
+  }
+  std::vector<Layer> out;
+  for (const auto& s : chain) out.push_back({file(s), s.digest, s.id});
+  return out;
+}
+
+std::uint64_t SnapshotStore::total_bytes(const SnapshotRecord& snapshot) {
+  std::uint64_t total = 0;
+  try {
+    for (const auto& s : catalog_.chain(snapshot)) total += s.bytes;
+  } catch (const CatalogError&) {
+    return snapshot.bytes;
+  }
+  return total;
+}
+
+void SnapshotStore::fold(const SnapshotRecord& parent, const SnapshotRecord& child) {
+  fs::path to = layout_.snapshots(child.sandbox) / (child.id + "." + random_hex(6) + kMergedSuffix);
+  WriteOptions options;
+  options.timeout = timeout_;
+  WriteResult r = merge_archives({file(parent), parent.digest, parent.id}, {file(child), child.digest, child.id},
+                                 parent.parent, to, options);
+  SnapshotRecord merged = child;
+  merged.path = fs::relative(to, layout_.root).string();
+  merged.digest = r.digest;
+  merged.bytes = r.archive_bytes;
+  merged.files = r.files;
+  merged.parent = parent.parent;
+  try {
+    catalog_.replace_archive(merged);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(to, ec);
+    throw;
+  }
+  std::error_code ec;
+  fs::remove(file(child), ec);  // a fork may still hold it by another link
 }
 
 SnapshotRecord SnapshotStore::share(const SnapshotRecord& source, const std::string& sandbox) {
@@ -224,7 +319,13 @@ SnapshotRecord SnapshotStore::share(const SnapshotRecord& source, const std::str
   return record;
 }
 
-void SnapshotStore::remove(const SnapshotRecord& snapshot) {
+void SnapshotStore::remove(const SnapshotRecord& given) {
+  // As it is now: an earlier removal may have merged into it.
+  SnapshotRecord snapshot = catalog_.find_snapshot(given.id).value_or(given);
+  // Merge on prune: whatever holds only its changes since this one gets
+  // what it inherits from it first (a failure keeps this one).
+  for (const auto& child : catalog_.children(snapshot.id))
+    if (child.complete) fold(snapshot, child);
   catalog_.mark_removing(snapshot.id);
   std::error_code ec;
   fs::remove(file(snapshot), ec);

@@ -61,7 +61,16 @@ class SnapshotStore {
   SnapshotStore(StateLayout layout, Catalog& catalog, std::chrono::milliseconds timeout = kDefaultArchiveTimeout)
       : layout_(std::move(layout)), catalog_(catalog), timeout_(timeout) {}
 
-  // Archives the sandbox's live directories. `reason`: manual, idle, ...
+  // Incremental snapshots (docs/design.md section 9): a snapshot holds only
+  // what changed since the sandbox's live trees were last written or
+  // restored, when that snapshot still exists and its chain is shorter than
+  // this; 1 makes every snapshot complete.
+  static constexpr std::size_t kDefaultMaxChain = 16;
+  void set_max_chain(std::size_t n) { max_chain_ = n; }
+
+  // Archives the sandbox's live directories (only what changed since the
+  // baseline's snapshot, when incremental_parent names one). `reason`:
+  // manual, idle, ...
   SnapshotRecord take(const std::string& sandbox, const std::string& label, const std::string& reason,
                       const ArchiveProgressFn& progress = {});
 
@@ -79,8 +88,22 @@ class SnapshotStore {
   // written (Catalog::add_fork does). Throws on failure, leaving no file.
   SnapshotRecord share(const SnapshotRecord& source, const std::string& sandbox);
 
-  // Deletes the file, then the row.
+  // Deletes the file, then the row; first folds it into every snapshot that
+  // holds its changes since it (merge on prune). Throws, removing nothing,
+  // when a merge fails.
   void remove(const SnapshotRecord& snapshot);
+  // `child` (whose parent is `parent`) rewritten to hold what it inherits
+  // from it: its new archive, then its row, then its old file.
+  void fold(const SnapshotRecord& parent, const SnapshotRecord& child);
+
+  // The snapshot a new one of `sandbox` would hold the changes since; "" for complete.
+  std::string incremental_parent(const std::string& sandbox);
+  // The chain a restore of `snapshot` extracts; ArchiveError when it is broken.
+  std::vector<Layer> layers_of(const SnapshotRecord& snapshot);
+  // What restoring it reads: the bytes of its whole chain.
+  std::uint64_t total_bytes(const SnapshotRecord& snapshot);
+  // The live trees' file stamps (persistence/layers.h), host-side.
+  std::filesystem::path baseline(const std::string& sandbox) const { return layout_.snapshots(sandbox) / "baseline"; }
   // Keeps the newest `keep` unlabelled snapshots and every labelled one;
   // returns what was removed.
   std::vector<SnapshotRecord> prune(const std::string& sandbox, std::size_t keep);
@@ -92,7 +115,12 @@ class SnapshotStore {
   StateLayout layout_;
   Catalog& catalog_;
   std::chrono::milliseconds timeout_;
+  std::size_t max_chain_ = kDefaultMaxChain;
 };
+
+// A merge's archive is named <child id>.<hex>.merged.tar.zst; one the
+// catalog does not name is a merge that never committed (recovery drops it).
+inline constexpr const char* kMergedSuffix = ".merged.tar.zst";
 
 std::string random_hex(std::size_t digits);
 

@@ -167,6 +167,12 @@ int open_dir_beneath(int dirfd, const std::string& name) {
 std::error_code remove_tree(const fs::path& path) {
   auto [parent, name] = open_parent(path);
   if (parent < 0) return errno == ENOENT ? std::error_code() : errno_code(errno);
+  std::error_code result = remove_tree_at(parent, name);
+  close(parent);
+  return result;
+}
+
+std::error_code remove_tree_at(int parent, const std::string& name) {
   std::error_code result;
   struct stat st;
   if (fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -177,7 +183,6 @@ std::error_code remove_tree(const fs::path& path) {
   } else if (errno != ENOENT) {
     result = errno_code(errno);
   }
-  close(parent);
   return result;
 }
 

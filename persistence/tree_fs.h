@@ -22,6 +22,8 @@ namespace agentbox::persistence {
 // absent); then what could not be removed is left.
 inline constexpr int kMaxTreeDepth = 256;
 std::error_code remove_tree(const std::filesystem::path& path);
+// The same for `name` in the directory `parent` (a descriptor the caller keeps).
+std::error_code remove_tree_at(int parent, const std::string& name);
 
 // What the files under `dir` take on disk: st_blocks * 512 of every entry
 // found with fstatat(AT_SYMLINK_NOFOLLOW) below `dir` (hard links counted

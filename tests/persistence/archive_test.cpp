@@ -1,6 +1,7 @@
 // Round trip of a workspace holding every kind of entry, compared byte for
 // byte and metadata for metadata.
 #include "temp_dir.h"
+#include "tree_describe.h"
 #include "persistence/archive.h"
 
 #include <catch2/catch.hpp>
@@ -14,48 +15,11 @@
 
 namespace fs = std::filesystem;
 using namespace agentbox::persistence;
+using namespace agentbox::persistence::test;
 
 namespace {
 
 fs::path temp_dir(const std::string& name) { return test::fresh_temp_dir("persist", name); }
-
-void write_file(const fs::path& p, const std::string& content, mode_t mode = 0644) {
-  std::ofstream(p, std::ios::binary) << content;
-  chmod(p.c_str(), mode);
-}
-
-void set_mtime(const fs::path& p, long sec, long nsec) {
-  timespec times[2] = {{sec, nsec}, {sec, nsec}};
-  utimensat(AT_FDCWD, p.c_str(), times, AT_SYMLINK_NOFOLLOW);
-}
-
-struct Meta {
-  mode_t mode;
-  off_t size;
-  long mtime_sec, mtime_nsec;
-  std::string content;  // files: bytes; symlinks: target
-  ino_t ino;
-  nlink_t nlink;
-  blkcnt_t blocks;
-};
-
-std::map<std::string, Meta> describe(const fs::path& root) {
-  std::map<std::string, Meta> out;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
-    struct stat st;
-    lstat(it->path().c_str(), &st);
-    Meta m{st.st_mode, S_ISDIR(st.st_mode) ? 0 : st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, "", st.st_ino,
-           st.st_nlink, st.st_blocks};
-    if (S_ISREG(st.st_mode) && st.st_size < (1 << 20)) {
-      std::ifstream in(it->path(), std::ios::binary);
-      m.content.assign(std::istreambuf_iterator<char>(in), {});
-    } else if (S_ISLNK(st.st_mode)) {
-      m.content = fs::read_symlink(it->path()).string();
-    }
-    out[fs::relative(it->path(), root).string()] = m;
-  }
-  return out;
-}
 
 // A workspace with every kind of entry the issue names.
 void populate(const fs::path& ws) {
@@ -173,6 +137,29 @@ TEST_CASE("a digest mismatch is refused and the destination is removed") {
   options.expected_digest = "sha256:0000";
   CHECK_THROWS_WITH(extract_archive(dir / "s.tar.zst", dir / "out", options), Catch::Contains("digest mismatch"));
   CHECK_FALSE(fs::exists(dir / "out"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an archive damaged inside its compressed data is refused with a reason, not a crashed helper") {
+  // Found with incremental snapshots: libarchive reports such damage with no
+  // message, and the helper built its error from a null pointer (SIGSEGV).
+  fs::path dir = temp_dir("damaged");
+  fs::create_directories(dir / "ws");
+  std::string noise(4000, '\0');
+  std::uint32_t x = 7;
+  for (int f = 0; f < 100; ++f) {
+    for (auto& c : noise) x ^= x << 13, x ^= x >> 17, x ^= x << 5, c = static_cast<char>(x);
+    write_file(dir / "ws" / ("f" + std::to_string(f)), noise);
+  }
+  write_archive({{"workspace", dir / "ws"}}, dir / "s.tar.zst");
+  {
+    std::fstream f(dir / "s.tar.zst", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.write("garbage", 7);
+  }
+  CHECK_THROWS_WITH(extract_archive(dir / "s.tar.zst", dir / "out"), Catch::Contains("corrupt archive"));
+  CHECK_FALSE(fs::exists(dir / "out"));
+  CHECK_THROWS_WITH(verify_archive(dir / "s.tar.zst"), Catch::Contains("corrupt") || Catch::Contains("Zstd"));
   fs::remove_all(dir);
 }
 

@@ -149,8 +149,8 @@ TEST_CASE("a restore whose staged workspace is a symlink is refused and the live
   SnapshotStore store(layout, catalog);
   fs::path helper = dir / "compromised-helper";
   std::ofstream(helper) << "#!/bin/sh\n"
-                        << "# extract ARCHIVE DEST DIGEST OWNER MAX...: what a compromised child could leave\n"
-                        << "mkdir \"$3\" && ln -s '" << host.string() << "' \"$3/workspace\" && mkdir \"$3/home\"\n"
+                        << "# extract DEST OWNER MAX BASELINE N ARCHIVE...: what a compromised child could leave\n"
+                        << "mkdir \"$2\" && ln -s '" << host.string() << "' \"$2/workspace\" && mkdir \"$2/home\"\n"
                         << "echo 'OK 1 1 -'\n";
   fs::permissions(helper, fs::perms::owner_all);
   std::string saved = std::getenv("AGENTBOX_ARCHIVE_HELPER") ? std::getenv("AGENTBOX_ARCHIVE_HELPER") : "";
@@ -193,7 +193,7 @@ TEST_CASE("a restore that cannot swap in every tree puts back the ones it swappe
   SnapshotStore store(layout, catalog);
   fs::path helper = dir / "helper";
   std::ofstream(helper) << "#!/bin/sh\n"
-                        << "mkdir \"$3\" \"$3/workspace\" \"$3/home\" && echo snap > \"$3/workspace/snap.txt\"\n"
+                        << "mkdir \"$2\" \"$2/workspace\" \"$2/home\" && echo snap > \"$2/workspace/snap.txt\"\n"
                         << "echo 'OK 1 1 -'\n";
   fs::permissions(helper, fs::perms::owner_all);
   std::string saved = std::getenv("AGENTBOX_ARCHIVE_HELPER") ? std::getenv("AGENTBOX_ARCHIVE_HELPER") : "";
