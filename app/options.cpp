@@ -63,6 +63,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
        "a session shell idle this long with no process left running exits; the next command starts a new one "
        "from the saved session state (default 60s; 0 = never)")
       ("keep-snapshots", po::value(&out.keep_snapshots), "unlabelled snapshots kept per sandbox (default 5)")
+      ("snapshot-chain", po::value(&out.snapshot_chain),
+       "a snapshot holds only what changed since the previous one, up to this many in a row before a complete "
+       "one (default 16; 1 = every snapshot complete)")
       ("checkpoint-interval", po::value(&checkpoint_interval),
        "a sandbox used since its last snapshot is snapshotted (processes frozen) once that is this old (default "
        "15m; 0 = never)")

@@ -19,6 +19,7 @@ struct ServeOptions {
   std::chrono::milliseconds background_keepalive{60 * 60 * 1000};  // running processes delay idling this long at most
   std::chrono::milliseconds shell_idle{60 * 1000};  // an idle session shell exits after this; 0 = never
   std::size_t keep_snapshots = 5;  // unlabelled snapshots kept per sandbox
+  std::size_t snapshot_chain = 16;  // incremental snapshots per chain (1: all complete)
   std::chrono::milliseconds checkpoint_interval{15 * 60 * 1000};  // a busy sandbox's snapshot at most this old; 0 = never
   std::chrono::milliseconds snapshot_timeout{10 * 60 * 1000};  // one snapshot or restore at most
   std::optional<std::uint64_t> warm_cache;  // bytes of stopped workspaces kept ready; none: 10% of free space

@@ -59,6 +59,7 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.idle_timeout = options->idle_timeout;
   sandbox_options.background_keepalive = options->background_keepalive;
   sandbox_options.keep_snapshots = options->keep_snapshots;
+  sandbox_options.snapshot_chain = std::max<std::size_t>(1, options->snapshot_chain);
   sandbox_options.checkpoint_interval = options->checkpoint_interval;
   sandbox_options.warm_cache = options->warm_cache;
   sandbox_options.snapshot_timeout = options->snapshot_timeout;

@@ -146,6 +146,11 @@ int snapshot_show(State& st, const Args& args) {
   bool ok = r.digest == s.digest;
   std::printf("check      %s (%llu entries, %s of file contents)\n", ok ? "ok: digest matches" : "DIGEST MISMATCH",
               static_cast<unsigned long long>(r.files), human(r.bytes).c_str());
+  if (!s.parent.empty()) {
+    SnapshotStore store(st.layout, *st.catalog);
+    std::printf("builds on  %s (holds only the changes since it; %s to restore)\n", s.parent.c_str(),
+                human(store.total_bytes(s)).c_str());
+  }
   return ok ? 0 : 1;
 }
 
@@ -178,9 +183,9 @@ int snapshot_restore(State& st, const Args& args) {
   auto s = need_snapshot(*st.catalog, args);
   if (auto to = args.options.find("to"); to != args.options.end()) {
     ExtractOptions options;
-    options.expected_digest = s.digest;
     options.progress = progress_bar("unpacking");
-    auto r = extract_archive(st.layout.root / s.path, to->second, options);
+    SnapshotStore store(st.layout, *st.catalog);
+    auto r = extract_layers(store.layers_of(s), to->second, options);  // its chain, when it is incremental
     end_bar();
     std::printf("unpacked %llu entries into %s\n", static_cast<unsigned long long>(r.files), to->second.c_str());
     return 0;

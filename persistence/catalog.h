@@ -80,6 +80,9 @@ struct SnapshotRecord {
   // since (its restore extracts that one's chain first), empty when the
   // archive is complete by itself.
   std::string parent;
+  // Not stored: what restoring it reads (its chain's archives), filled in
+  // for snapshot_list (SnapshotStore::total_bytes).
+  std::uint64_t total_bytes = 0;
 };
 
 // The host uid and gid a root server runs a sandbox as (docs/design.md

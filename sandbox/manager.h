@@ -58,6 +58,10 @@ struct ManagerOptions {
   std::chrono::milliseconds background_keepalive{60 * 60 * 1000};
   // Unlabelled snapshots kept per sandbox (labelled ones are always kept).
   std::size_t keep_snapshots = 5;
+  // Incremental snapshots (docs/design.md section 9): a snapshot holds only
+  // what changed since the last one, up to this many in a chain before a
+  // complete one starts the next; 1 makes every snapshot complete.
+  std::size_t snapshot_chain = persistence::SnapshotStore::kDefaultMaxChain;
   // A sandbox used since its last snapshot gets a checkpoint (a snapshot,
   // reason "checkpoint", processes frozen) once its last one is this old,
   // so a host crash loses at most this much of a busy workspace; zero never.

@@ -63,6 +63,7 @@ void ManagerImpl::open_catalog() {
   }
   if (!damaged.empty()) spdlog::error("recovery: {}", damaged);
   store_ = std::make_unique<persistence::SnapshotStore>(layout_, *catalog_, options_.snapshot_timeout);
+  store_->set_max_chain(options_.snapshot_chain);
   // With the driver's hooks: a sandbox recovery discards (a destroy it
   // finishes, leftovers) loses its own filesystem too, not just the files.
   auto report = persistence::recover(layout_, *catalog_, !damaged.empty(), recovery_hooks(driver_->disks(), layout_, &driver_->parking()));
@@ -471,7 +472,10 @@ std::string ManagerImpl::resume_stopped(ManagedSandbox& sandbox, const persisten
 
 std::vector<persistence::SnapshotRecord> ManagerImpl::snapshots(const std::string& conversation) {
   auto record = catalog_->find_by_conversation(conversation);
-  return record ? catalog_->snapshots(record->id) : std::vector<persistence::SnapshotRecord>{};
+  if (!record) return {};
+  auto list = catalog_->snapshots(record->id);
+  for (auto& s : list) s.total_bytes = store_->total_bytes(s);
+  return list;
 }
 
 std::optional<persistence::SandboxRecord> ManagerImpl::record(const std::string& conversation) {

@@ -38,6 +38,7 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
         auto info = sandboxes->snapshot(context->conversation(), label, progress_of(context));
         const auto& s = info.record;
         json out = {{"snapshot", s.id},          {"bytes", s.bytes},          {"files", s.files},
+                    {"parent", s.parent.empty() ? json(nullptr) : json(s.parent)},
                     {"duration_ms", info.duration.count()}, {"label", label_json(s.label)},
                     {"created_at", s.created_at}, {"digest", s.digest},
                     {"frozen_ms", info.frozen ? json(info.frozen->count()) : json(nullptr)}, {"freeze", info.freeze}};
@@ -45,7 +46,8 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
                                                 info.freeze + "): one instant."
                                           : " Processes were not frozen (" + info.freeze + ").";
         reply(ToolResult::ok(out, "Snapshot " + s.id + (label.empty() ? "" : " '" + label + "'") + ": " +
-                                      std::to_string(s.files) + " entries, " + megabytes(s.bytes) + " compressed, in " +
+                                      std::to_string(s.files) + " entries, " + megabytes(s.bytes) + " compressed" +
+                                      (s.parent.empty() ? "" : " (the changes since " + s.parent + ")") + ", in " +
                                       std::to_string(info.duration.count()) + " ms." + instant));
       } catch (const SandboxError& e) {
         reply(error_result(e));
@@ -56,14 +58,20 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
     sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
     if (!sandboxes) return;
     json list = json::array();
-    for (const auto& s : sandboxes->snapshots(context->conversation())) list.push_back(snapshot_json(s));
+    for (const auto& s : sandboxes->snapshots(context->conversation())) {
+      json one = snapshot_json(s);
+      one["total_bytes"] = std::max(s.total_bytes, s.bytes);
+      one["parent"] = s.parent.empty() ? json(nullptr) : json(s.parent);
+      list.push_back(std::move(one));
+    }
     std::string cursor = args.value("cursor", ""), next;
     if (!page_of(list, "snapshot", cursor, sandboxes->limits().inline_output_chars, next))
       return reply(unknown_cursor(cursor));
     std::string text;
     for (const auto& s : list) {
       std::string label = s["label"].is_string() ? "'" + s["label"].get<std::string>() + "'" : s.value("reason", "");
-      text += "\n" + s.value("snapshot", "") + "  " + s.value("created_at", "") + "  " + megabytes(s.value("bytes", 0)) +
+      text += "\n" + s.value("snapshot", "") + "  " + s.value("created_at", "") + "  " + megabytes(s.value("bytes", 0)) + " (" +
+              megabytes(s.value("total_bytes", 0)) + " to restore)" +
               "  " + std::to_string(s.value("files", 0)) + " entries  " + label;
     }
     json out = {{"snapshots", list}};

@@ -8,6 +8,7 @@
 #include "fixture.h"
 
 #include "persistence/archive.h"
+#include "persistence/store.h"
 
 #include <fstream>
 #include <sstream>
@@ -55,7 +56,14 @@ TEST_CASE("a snapshot of a sandbox whose process writes is one instant", "[snaps
     CHECK(info.frozen->count() >= 0);
     CHECK((info.freeze == "cgroup freezer" || info.freeze == "SIGSTOP"));
     fs::path out = f.state_dir / ("extracted-" + std::to_string(round));
-    agentbox::persistence::extract_archive(f.state_dir / info.record.path, out);
+    {
+      // Each snapshot after the first holds only the changes since the one
+      // before: its restore extracts the chain.
+      agentbox::persistence::StateLayout layout{f.state_dir};
+      agentbox::persistence::Catalog catalog(layout.catalog());
+      agentbox::persistence::SnapshotStore store(layout, catalog);
+      agentbox::persistence::extract_layers(store.layers_of(info.record), out);
+    }
     std::string log_last = last_line(read_text(out / "workspace/a-log"));
     std::string counter = last_line(read_text(out / "workspace/z-counter"));
     INFO("log ends at " << log_last << ", counter says '" << counter << "'");

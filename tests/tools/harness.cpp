@@ -117,13 +117,16 @@ std::string error_code(const ToolResult& result) {
   return result.error_object.value("code", "");
 }
 
-ManagerFixture::ManagerFixture(sandbox::Limits limits) {
+ManagerFixture::ManagerFixture(sandbox::Limits limits, std::size_t snapshot_chain,
+                               std::optional<std::uint64_t> warm_cache) {
   char tmpl[] = "/tmp/agentbox-tools-test-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   state_dir = tmpl;
   sandbox::ManagerOptions options;
   options.state_dir = state_dir;
   options.limits = limits;
+  options.snapshot_chain = snapshot_chain;
+  options.warm_cache = warm_cache;
   const char* agent = std::getenv("AGENTBOX_TEST_AGENT");
   options.agent_binary = agent && *agent ? agent : AGENTBOX_TEST_AGENT;
   options.agent_args = {};

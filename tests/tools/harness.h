@@ -74,7 +74,11 @@ std::string error_code(const ToolResult& result);
 // workspaces are plain directories, so nothing starts until a call needs a
 // sandbox (then bwrap and the test agent).
 struct ManagerFixture {
-  explicit ManagerFixture(sandbox::Limits limits = {});
+  // snapshot_chain 1: every snapshot complete (stands alone); warm_cache 0:
+  // every restore extracts.
+  explicit ManagerFixture(sandbox::Limits limits = {},
+                          std::size_t snapshot_chain = persistence::SnapshotStore::kDefaultMaxChain,
+                          std::optional<std::uint64_t> warm_cache = std::nullopt);
   ~ManagerFixture();
   std::filesystem::path state_dir;
   std::unique_ptr<sandbox::ManagerSandboxes> sandboxes;

@@ -76,7 +76,7 @@ TEST_CASE("manager: a damaged snapshot is refused as SNAPSHOT_CORRUPT and the wo
 
 TEST_CASE("manager: a damaged snapshot restored into a stopped sandbox leaves what the next call restores",
           "[tools][lifecycle][manager]") {
-  ManagerFixture real;
+  ManagerFixture real({}, 1);  // complete snapshots: the idle one does not build on the damaged one
   ToolHarness tools(real.sandboxes.get());
   tools.checked("file_write", {{"path", "live.txt"}, {"content", "old"}});
   std::string old_id = tools.checked("sandbox_snapshot", {{"label", "old"}}).structured["snapshot"];
@@ -94,4 +94,28 @@ TEST_CASE("manager: a damaged snapshot restored into a stopped sandbox leaves wh
   // The failed snapshot did not become the workspace's truth: the next call
   // restores the idle snapshot, as it would have before.
   CHECK(tools.checked("file_read", {{"path", "live.txt"}}).structured["content"] == "latest");
+}
+
+TEST_CASE("manager: a damaged snapshot that a later one builds on fails that one's restore too, never an empty workspace",
+          "[tools][lifecycle][manager]") {
+  // Incremental: the idle snapshot holds only what changed since "old"; no
+  // warm copy (which would restore without reading an archive).
+  ManagerFixture real({}, persistence::SnapshotStore::kDefaultMaxChain, 0);
+  ToolHarness tools(real.sandboxes.get());
+  tools.checked("file_write", {{"path", "live.txt"}, {"content", "old"}});
+  std::string old_id = tools.checked("sandbox_snapshot", {{"label", "old"}}).structured["snapshot"];
+  tools.checked("file_write", {{"path", "other.txt"}, {"content", "latest"}});
+  REQUIRE(real.sandboxes->manager().teardown("test"));
+  for (const auto& s : real.sandboxes->snapshots("test")) {
+    if (s.id != old_id) continue;
+    std::fstream archive(real.state_dir / s.path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(archive);
+    archive.seekp(20);
+    archive.write("damaged", 7);
+  }
+  auto read = tools.checked("file_read", {{"path", "live.txt"}});
+  CHECK(error_code(read) == "SNAPSHOT_CORRUPT");
+  CHECK(read.text.find(old_id) != std::string::npos);  // names the link that failed
+  // Asked again, the same: the conversation is not handed a fresh workspace.
+  CHECK(error_code(tools.checked("file_read", {{"path", "other.txt"}})) == "SNAPSHOT_CORRUPT");
 }

@@ -21,7 +21,7 @@ TEST_CASE("fake sandboxes: sandbox_snapshot reports the record, its label and pr
   auto result = tools.call("sandbox_snapshot", {{"label", "before refactor"}}, context);
   CHECK(tools.wrong_shape("sandbox_snapshot", result) == "");
   CHECK(result.structured == json{{"snapshot", "snap1"}, {"bytes", 2'500'000}, {"files", 42}, {"duration_ms", 120},
-                                  {"label", "before refactor"}, {"created_at", "2026-12-01T10:00:00Z"},
+                                  {"label", "before refactor"}, {"parent", nullptr}, {"created_at", "2026-12-01T10:00:00Z"},
                                   {"digest", "sha256:00"}, {"frozen_ms", 35}, {"freeze", "cgroup freezer"}});
   CHECK(result.text == "Snapshot snap1 'before refactor': 42 entries, 2.5 MB compressed, in 120 ms. Processes "
                        "frozen 35 ms (cgroup freezer): one instant.");
