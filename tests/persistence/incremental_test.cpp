@@ -263,6 +263,26 @@ TEST_CASE("a fork's snapshot that builds on its source's survives the source's d
   CHECK(differ(view(s.layout.sandbox("forkbox")), expected) == "");
 }
 
+TEST_CASE("recovery removes the file a committed merge replaced") {
+  State s;
+  auto first = s.take();
+  write_file(s.ws() / "dir0" / "f0", "second");
+  auto second = s.take();
+  auto expected = view(s.live());
+  fs::path old_file = s.layout.root / second.path;
+  fs::path keep = s.dir / "pre-merge.tar.zst";
+  fs::copy_file(old_file, keep);
+  s.store.remove(*s.catalog.find_snapshot(first.id));
+  // As if the server died between the catalog's update and the removal.
+  fs::copy_file(keep, old_file);
+  recover(s.layout, s.catalog);
+  CHECK_FALSE(fs::exists(old_file));
+  for (const auto& e : fs::directory_iterator(s.layout.snapshots(kBox)))
+    CHECK(e.path().filename().string().find("corrupt") == std::string::npos);  // not mistaken for damage
+  CHECK(s.catalog.snapshots(kBox).size() == 1);
+  CHECK(differ(s.restored(*s.catalog.find_snapshot(second.id)), expected) == "");
+}
+
 TEST_CASE("recovery drops a merge that never reached the catalog and links an adopted incremental archive") {
   State s;
   auto first = s.take();
