@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 using namespace agentbox::persistence;
 using agentbox::bench::median;
 using agentbox::bench::ms_since;
+using agentbox::bench::wait_for_trash;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   long files = argc > 2 ? std::atol(argv[2]) : 100000;
   std::size_t bytes = argc > 3 ? static_cast<std::size_t>(std::atol(argv[3])) : 10240;
   int rounds = argc > 4 ? std::atoi(argv[4]) : 3;
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // each round's line as it comes
   fs::remove_all(work);
   StateLayout layout{work / "state"};
   fs::path ws = layout.sandbox(kBox) / "workspace";
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   std::vector<double> full_ms, inc_ms, full_mb, inc_mb, restore_full_ms, restore_chain_ms, merge_ms;
   for (int r = 0; r < rounds; ++r) {
     store.set_max_chain(1);  // complete, and its stamps are the baseline of the next
+    wait_for_trash(layout.sandboxes());
     auto t = Clock::now();
     auto full = store.take(kBox, "", "manual");
     full_ms.push_back(ms_since(t));
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
     for (long i = r; i < files; i += 100) std::ofstream(file_of(ws, i), std::ios::binary) << content(rng, bytes);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the racy window (layers.h)
     store.set_max_chain(SnapshotStore::kDefaultMaxChain);
+    wait_for_trash(layout.sandboxes());
     t = Clock::now();
     auto inc = store.take(kBox, "", "manual");
     inc_ms.push_back(ms_since(t));
@@ -80,9 +84,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "the second snapshot is not incremental on the first\n");
       return 1;
     }
+    wait_for_trash(layout.sandboxes());
     t = Clock::now();
     store.restore(full, std::nullopt);
     restore_full_ms.push_back(ms_since(t));
+    wait_for_trash(layout.sandboxes());
     t = Clock::now();
     store.restore(inc, std::nullopt);
     restore_chain_ms.push_back(ms_since(t));
@@ -90,7 +96,6 @@ int main(int argc, char** argv) {
     store.remove(*catalog.find_snapshot(full.id));  // merged into inc
     merge_ms.push_back(ms_since(t));
     store.remove(*catalog.find_snapshot(inc.id));
-    std::this_thread::sleep_for(std::chrono::seconds(2));  // the replaced trees are deleted in the background
     std::printf("round %d: complete %.0f ms %.1f MB, incremental %.0f ms %.1f MB, restore %.0f / chain %.0f ms, merge %.0f ms\n",
                 r + 1, full_ms.back(), full_mb.back(), inc_ms.back(), inc_mb.back(), restore_full_ms.back(),
                 restore_chain_ms.back(), merge_ms.back());
@@ -102,6 +107,8 @@ int main(int argc, char** argv) {
   std::printf("restore: complete %.0f ms, chain of two %.0f ms (ratio %.2f); merge on prune %.0f ms (%.2f x a complete snapshot)\n",
               median(restore_full_ms), median(restore_chain_ms), median(restore_chain_ms) / median(restore_full_ms),
               median(merge_ms), median(merge_ms) / median(full_ms));
-  fs::remove_all(work);
+  wait_for_trash(layout.sandboxes());
+  std::error_code ec;
+  fs::remove_all(work, ec);
   return 0;
 }

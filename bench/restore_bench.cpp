@@ -31,22 +31,10 @@ using Clock = std::chrono::steady_clock;
 using agentbox::bench::run;
 using agentbox::bench::median;
 using agentbox::bench::ms_since;
+// A call comes an idle timeout (10 min) after its teardown, not at once.
+using agentbox::bench::wait_for_trash;
 
 namespace {
-
-// Until the trees a teardown discarded are deleted (in the background,
-// docs/persistence.md): a call comes an idle timeout (10 min) after its
-// teardown, not at once, and a restore racing the deletion on the same
-// filesystem measures the race.
-void wait_for_trash(const fs::path& sandboxes) {
-  for (int i = 0; i < 6000; ++i) {
-    bool trash = false;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(sandboxes, ec)) trash |= e.path().filename().string().rfind(".trash-", 0) == 0;
-    if (!trash) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
 
 // Teardown, then the first command: how long that command takes to answer.
 double first_command_ms(Manager& manager, bool expect_warm) {

@@ -136,6 +136,17 @@ class Writer {
   // when the name is renamed over meanwhile.
   void entry(int dir_fd, const std::string& name, const std::string& path) {
     check_path(path);
+    // Unchanged since the parent: judged without opening it, as nothing of
+    // it is read (an open costs more than the stat, and most files match).
+    if (baseline_.size() > 0) {
+      struct stat st;
+      if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && inherited(path, st)) {
+        if (stamps_) stamps_->add(path, st);
+        paths_.add('I', path);
+        ++result.files;
+        return;
+      }
+    }
     for (int attempt = 0;; ++attempt) {
       int fd = openat(dir_fd, name.c_str(), kOpenFlags | O_NOATIME);
       if (fd < 0 && errno == EPERM) fd = openat(dir_fd, name.c_str(), kOpenFlags);

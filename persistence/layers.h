@@ -76,7 +76,7 @@ class BaselineWriter {
   BaselineWriter(const BaselineWriter&) = delete;
   BaselineWriter& operator=(const BaselineWriter&) = delete;
   void add(const std::string& path, const struct stat& st);
-  void finish();  // flushed and fsynced; throws ArchiveError
+  void finish();  // flushed (not fsynced: layers.cpp says why); throws ArchiveError
 
  private:
   void flush();
