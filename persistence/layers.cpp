@@ -266,11 +266,16 @@ void write_tree_baseline(const fs::path& root, const std::vector<std::string>& t
   int fd = open(root.c_str(), kDirFlags);
   if (fd < 0) throw ArchiveError(os::errno_text("cannot open " + root.string(), errno));
   try {
-    BaselineWriter writer(file, snapshot_id, Instant::racy_limit());
+    // Nothing writes these trees until they are swapped in, after this
+    // walk: only files whose ctime lies within the racy window before its
+    // end can share a timestamp tick with a later write.
+    std::vector<std::pair<std::string, struct stat>> files;
     walk_tops(fd, tops, [&](int, const std::string&, const std::string& path, const struct stat& st) {
-      writer.add(path, st);
+      if (S_ISREG(st.st_mode)) files.emplace_back(path, st);
       return true;
     });
+    BaselineWriter writer(file, snapshot_id, Instant::racy_limit());
+    for (const auto& [path, st] : files) writer.add(path, st);
     writer.finish();
   } catch (...) {
     close(fd);

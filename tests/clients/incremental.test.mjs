@@ -32,7 +32,7 @@ const sums = (server) => sh(server, 'find . -type f | sort | xargs sha256sum');
 
 test('a snapshot after a small change holds only the change and both restore exactly', async (t) => {
   const server = await serve(t);
-  await sh(server, 'mkdir -p data && for i in $(seq 1 40); do head -c 65536 /dev/urandom > data/f$i; done');
+  await sh(server, 'mkdir -p data && for i in $(seq 1 40); do head -c 65536 /dev/urandom > data/f$i; done; sleep 0.1');
   const first = await call(server, 'sandbox_snapshot');
   assert.equal(first.parent, null);
   const atFirst = await sums(server);

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace agentbox::persistence;
@@ -75,6 +76,9 @@ struct State {
     }
     write_file(live() / "home" / ".profile", "export A=1\n");
     fs::create_symlink("dir0/f0", ws() / "link");
+    // Files changed within the racy window (layers.h) before a snapshot are
+    // stored again by the next one: let time pass, as it does in a box.
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
   }
   ~State() {
     std::error_code ec;
