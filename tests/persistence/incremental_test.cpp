@@ -87,6 +87,12 @@ struct State {
   fs::path live() const { return layout.sandbox(kBox); }
   fs::path ws() const { return live() / "workspace"; }
   SnapshotRecord take() { return store.take(kBox, "", "manual"); }
+  // A complete snapshot, one file changed, and the incremental one after it.
+  std::pair<SnapshotRecord, SnapshotRecord> two(const std::string& change) {
+    auto first = take();
+    write_file(ws() / "dir0" / "f0", change);
+    return {first, take()};
+  }
   std::map<std::string, std::string> restored(const SnapshotRecord& s) {
     store.restore(*catalog.find_snapshot(s.id), std::nullopt);
     return view(live());
@@ -225,9 +231,7 @@ TEST_CASE("chains are bounded: after the limit a complete snapshot starts the ne
 
 TEST_CASE("a broken chain fails the restore, naming the missing link, and the live tree stays") {
   State s;
-  auto first = s.take();
-  write_file(s.ws() / "dir0" / "f0", "second");
-  auto second = s.take();
+  auto [first, second] = s.two("second");
   auto live = view(s.live());
   SECTION("the parent's row is gone") {
     s.catalog.remove_snapshot(first.id);
@@ -252,9 +256,7 @@ TEST_CASE("a broken chain fails the restore, naming the missing link, and the li
 
 TEST_CASE("a fork's snapshot that builds on its source's survives the source's destroy") {
   State s;
-  auto first = s.take();
-  write_file(s.ws() / "dir0" / "f0", "forked state");
-  auto second = s.take();
+  auto [first, second] = s.two("forked state");
   auto expected = view(s.live());
   auto shared = s.store.share(second, "forkbox");
   CHECK(shared.parent == first.id);
@@ -269,9 +271,7 @@ TEST_CASE("a fork's snapshot that builds on its source's survives the source's d
 
 TEST_CASE("recovery removes the file a committed merge replaced") {
   State s;
-  auto first = s.take();
-  write_file(s.ws() / "dir0" / "f0", "second");
-  auto second = s.take();
+  auto [first, second] = s.two("second");
   auto expected = view(s.live());
   fs::path old_file = s.layout.root / second.path;
   fs::path keep = s.dir / "pre-merge.tar.zst";
@@ -289,9 +289,7 @@ TEST_CASE("recovery removes the file a committed merge replaced") {
 
 TEST_CASE("recovery drops a merge that never reached the catalog and links an adopted incremental archive") {
   State s;
-  auto first = s.take();
-  write_file(s.ws() / "dir0" / "f0", "second");
-  auto second = s.take();
+  auto [first, second] = s.two("second");
   fs::path dir = s.layout.snapshots(kBox);
   fs::copy_file(s.layout.root / second.path, dir / (second.id + ".abcdef.merged.tar.zst"));
   // An archive the catalog lost: adopted with the parent it names.

@@ -19,6 +19,20 @@ ToolResult checked(ToolHarness& tools, const std::string& tool, const json& args
   return result;
 }
 
+// Overwrites bytes inside the snapshot's archive (its digest no longer matches).
+void damage(ManagerFixture& real, const std::string& snapshot) {
+  bool found = false;
+  for (const auto& s : real.sandboxes->snapshots("test")) {
+    if (s.id != snapshot) continue;
+    std::fstream archive(real.state_dir / s.path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(archive);
+    archive.seekp(20);
+    archive.write("damaged", 7);
+    found = true;
+  }
+  REQUIRE(found);
+}
+
 }  // namespace
 
 TEST_CASE("manager: status, snapshot, list, restore and destroy of a running sandbox", "[tools][lifecycle][manager]") {
@@ -60,14 +74,8 @@ TEST_CASE("manager: a damaged snapshot is refused as SNAPSHOT_CORRUPT and the wo
   ToolHarness tools(real.sandboxes.get());
   tools.checked("file_write", {{"path", "live.txt"}, {"content", "live"}});
   std::string id = tools.checked("sandbox_snapshot").structured["snapshot"];
-  auto snapshots = real.sandboxes->snapshots("test");
-  REQUIRE(snapshots.size() == 1);
-  {
-    std::fstream archive(real.state_dir / snapshots[0].path, std::ios::in | std::ios::out | std::ios::binary);
-    REQUIRE(archive);
-    archive.seekp(20);
-    archive.write("damaged", 7);
-  }
+  REQUIRE(real.sandboxes->snapshots("test").size() == 1);
+  damage(real, id);
   auto restore = tools.checked("sandbox_restore", {{"snapshot", id}});
   CHECK(error_code(restore) == "SNAPSHOT_CORRUPT");
   CHECK(restore.text.find(id) != std::string::npos);
@@ -82,13 +90,7 @@ TEST_CASE("manager: a damaged snapshot restored into a stopped sandbox leaves wh
   std::string old_id = tools.checked("sandbox_snapshot", {{"label", "old"}}).structured["snapshot"];
   tools.checked("file_write", {{"path", "live.txt"}, {"content", "latest"}});
   REQUIRE(real.sandboxes->manager().teardown("test"));  // stopped: the idle snapshot is the truth
-  for (const auto& s : real.sandboxes->snapshots("test")) {
-    if (s.id != old_id) continue;
-    std::fstream archive(real.state_dir / s.path, std::ios::in | std::ios::out | std::ios::binary);
-    REQUIRE(archive);
-    archive.seekp(20);
-    archive.write("damaged", 7);
-  }
+  damage(real, old_id);
   auto restore = tools.checked("sandbox_restore", {{"snapshot", old_id}});
   CHECK(error_code(restore) == "SNAPSHOT_CORRUPT");
   // The failed snapshot did not become the workspace's truth: the next call
@@ -106,13 +108,7 @@ TEST_CASE("manager: a damaged snapshot that a later one builds on fails that one
   std::string old_id = tools.checked("sandbox_snapshot", {{"label", "old"}}).structured["snapshot"];
   tools.checked("file_write", {{"path", "other.txt"}, {"content", "latest"}});
   REQUIRE(real.sandboxes->manager().teardown("test"));
-  for (const auto& s : real.sandboxes->snapshots("test")) {
-    if (s.id != old_id) continue;
-    std::fstream archive(real.state_dir / s.path, std::ios::in | std::ios::out | std::ios::binary);
-    REQUIRE(archive);
-    archive.seekp(20);
-    archive.write("damaged", 7);
-  }
+  damage(real, old_id);
   auto read = tools.checked("file_read", {{"path", "live.txt"}});
   CHECK(error_code(read) == "SNAPSHOT_CORRUPT");
   CHECK(read.text.find(old_id) != std::string::npos);  // names the link that failed
