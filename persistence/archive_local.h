@@ -7,7 +7,16 @@
 
 #include "persistence/archive.h"
 
+#include <archive.h>
+
 namespace agentbox::persistence::local {
+
+// libarchive's message for `a`, which can be null (a zstd stream damaged
+// mid-way reports none).
+inline std::string archive_message(struct archive* a) {
+  const char* e = archive_error_string(a);
+  return e ? e : "unknown libarchive error";
+}
 
 // Writes the trees to `temp` (created with O_EXCL, fsynced). No rename: the
 // caller records its pending catalog row first, then renames. A failure

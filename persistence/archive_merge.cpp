@@ -10,9 +10,7 @@
 
 #include <cerrno>
 #include <fcntl.h>
-#include <memory>
 #include <unistd.h>
-#include <unordered_set>
 
 namespace agentbox::persistence::local {
 
@@ -51,14 +49,7 @@ class In {
     return e;
   }
 
-  std::string text(archive_entry* e) {
-    la_int64_t size = archive_entry_size(e);
-    if (archive_entry_filetype(e) != AE_IFREG || size < 0 || static_cast<std::uint64_t>(size) > layers::kMaxPathsBytes)
-      throw ArchiveError(std::string("entry '") + archive_entry_pathname(e) + "' is not one a snapshot holds");
-    std::string out(static_cast<std::size_t>(size), '\0');
-    if (size > 0 && archive_read_data(a_, out.data(), out.size()) != size) throw ArchiveError(error("corrupt archive"));
-    return out;
-  }
+  std::string text(archive_entry* e) { return layers::read_meta(a_, e); }
 
   // Copies the entry's header and data (holes as zeros: the pax writer drops
   // them again where the entry's sparse map says).
@@ -93,8 +84,7 @@ class In {
 
  private:
   std::string error(const std::string& what) {
-    const char* e = archive_error_string(a_);
-    return what + " (" + path_.filename().string() + "): " + (e ? e : "unknown libarchive error");
+    return what + " (" + path_.filename().string() + "): " + archive_message(a_);
   }
   fs::path path_;
   struct archive* a_ = nullptr;
@@ -116,10 +106,18 @@ Listing list(const Layer& layer, ArchiveOut& out, WriteResult& result) {
   bool has_paths = false;
   while (archive_entry* e = in.next()) {
     std::string_view p = archive_entry_pathname(e);
-    if (p == layers::kParentEntry) l.parent = in.text(e);
-    else if (p == layers::kPathsEntry) l.paths = layers::PathList::parse(in.text(e)), has_paths = true;
-    else if (layers::is_meta(p)) throw ArchiveError(std::string("entry '") + std::string(p) + "' is not one a snapshot holds");
-    else if (is_dir(e)) in.copy(e, out), ++result.stored;
+    if (layers::is_meta(p)) {
+      std::string text = in.text(e);  // refuses any other name
+      if (p == layers::kParentEntry) {
+        l.parent = std::move(text);
+      } else {
+        l.paths = layers::PathList::parse(text);
+        has_paths = true;
+      }
+    } else if (is_dir(e)) {
+      in.copy(e, out);
+      ++result.stored;
+    }
   }
   if (!has_paths) throw ArchiveError(layer.archive.filename().string() + " has no list of its paths");
   return l;

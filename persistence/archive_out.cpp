@@ -1,5 +1,6 @@
 #include "persistence/archive_out.h"
 
+#include "persistence/archive_local.h"
 #include "os/errno_text.h"
 
 #include <algorithm>
@@ -67,8 +68,7 @@ ArchiveOut::~ArchiveOut() { archive_write_free(a_); }
 
 std::string ArchiveOut::error_text(const std::string& what) {
   if (sink_.error) return os::errno_text(what, sink_.error);
-  const char* e = archive_error_string(a_);
-  return what + ": " + (e ? e : "unknown libarchive error");
+  return what + ": " + archive_message(a_);
 }
 
 void ArchiveOut::header(archive_entry* e) {

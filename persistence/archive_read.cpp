@@ -28,7 +28,6 @@
 #include <archive_entry.h>
 
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -47,6 +46,8 @@ namespace agentbox::persistence {
 namespace fs = std::filesystem;
 
 namespace {
+
+using local::archive_message;
 
 constexpr std::size_t kBlock = 1 << 20;
 
@@ -72,12 +73,6 @@ la_ssize_t source_read(struct archive*, void* data, const void** out) {
     *out = s->buffer.data();
     return n;
   }
-}
-
-// libarchive's message, which can be null (a zstd stream damaged mid-way).
-std::string why(struct archive* a) {
-  const char* e = archive_error_string(a);
-  return e ? e : "unknown libarchive error";
 }
 
 // What the last bytes libarchive did not need still count in the digest.
@@ -196,19 +191,6 @@ struct LayerRun {
   int root = -1;                // the destination (the child's)
 };
 
-// An entry under .agentbox/ (layers.h): read into memory, never written out.
-std::string read_meta(struct archive* in, archive_entry* entry, const char* path) {
-  std::string_view name(path);
-  if ((name != layers::kParentEntry && name != layers::kPathsEntry) || archive_entry_filetype(entry) != AE_IFREG ||
-      archive_entry_size(entry) < 0 || static_cast<std::uint64_t>(archive_entry_size(entry)) > layers::kMaxPathsBytes)
-    throw ArchiveError(std::string("entry '") + shorten_path(path) + "' is not one a snapshot holds");
-  std::string text(static_cast<std::size_t>(archive_entry_size(entry)), '\0');
-  la_ssize_t n = text.empty() ? 0 : archive_read_data(in, text.data(), text.size());
-  if (n != static_cast<la_ssize_t>(text.size()))
-    throw ArchiveError(std::string("corrupt archive at ") + path + ": " + (n < 0 ? why(in) : std::string("short")));
-  return text;
-}
-
 // The loop of libarchive's examples/untar.c: header → checks → write header →
 // copy data blocks → finish entry. With out == nullptr it only reads. A
 // compressed source is the archive file (digest checked here); otherwise it
@@ -223,7 +205,7 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
   archive_read_support_format_tar(st.in);
   archive_read_set_options(st.in, "hdrcharset=BINARY");
   if (archive_read_open(st.in, &source, nullptr, source_read, nullptr) != ARCHIVE_OK)
-    throw ArchiveError(std::string("not a snapshot archive: ") + why(st.in));
+    throw ArchiveError(std::string("not a snapshot archive: ") + archive_message(st.in));
   ExtractResult result;
   std::string paths_text;
   bool has_paths = false;
@@ -233,17 +215,16 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
     archive_entry* entry = nullptr;
     int rc = archive_read_next_header(st.in, &entry);
     if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("corrupt archive: ") + why(st.in));
+    if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("corrupt archive: ") + archive_message(st.in));
     const char* path = archive_entry_pathname(entry);
     if (path && layers::is_meta(path)) {
-      std::string text = read_meta(st.in, entry, path);
+      std::string text = layers::read_meta(st.in, entry);
       if (std::string_view(path) == layers::kParentEntry) {
-        bool id = text.size() <= 128;
-        for (char c : text) id = id && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
-        if (!id) throw ArchiveError("the archive's parent entry is not a snapshot id");
         result.parent = std::move(text);
+      } else {
+        paths_text = std::move(text);
+        has_paths = true;
       }
-      else paths_text = std::move(text), has_paths = true;
       continue;
     }
     if (auto problem = path_problem(path, options.allowed_tops); !problem.empty()) throw ArchiveError(problem);
@@ -283,18 +264,18 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
       } else {
         rc = archive_write_header(st.out, entry);
       }
-      if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("refused: ") + why(st.out));
+      if (rc < ARCHIVE_WARN) throw ArchiveError(std::string("refused: ") + archive_message(st.out));
     }
     const void* block;
     size_t size;
     la_int64_t offset;
     while ((rc = archive_read_data_block(st.in, &block, &size, &offset)) == ARCHIVE_OK) {
       if (st.out && archive_write_data_block(st.out, block, size, offset) < ARCHIVE_WARN)
-        throw ArchiveError(std::string("cannot write ") + path + ": " + why(st.out));
+        throw ArchiveError(std::string("cannot write ") + path + ": " + archive_message(st.out));
     }
-    if (rc != ARCHIVE_EOF) throw ArchiveError(std::string("corrupt archive at ") + path + ": " + why(st.in));
+    if (rc != ARCHIVE_EOF) throw ArchiveError(std::string("corrupt archive at ") + path + ": " + archive_message(st.in));
     if (st.out && archive_write_finish_entry(st.out) < ARCHIVE_WARN)
-      throw ArchiveError(std::string("cannot finish ") + path + ": " + why(st.out));
+      throw ArchiveError(std::string("cannot finish ") + path + ": " + archive_message(st.out));
     if (report_fd >= 0 && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(200)) {
       last = std::chrono::steady_clock::now();
       say(report_fd, "P " + std::to_string(result.files));
@@ -313,7 +294,7 @@ ExtractResult run(Source& source, bool compressed, struct archive* out, const Ex
   // Directories' final modes and mtimes are applied at close, by full path.
   if (place) place->leave();
   if (st.out && archive_write_close(st.out) != ARCHIVE_OK)
-    throw ArchiveError(std::string("cannot finish extraction: ") + why(st.out));
+    throw ArchiveError(std::string("cannot finish extraction: ") + archive_message(st.out));
   if (st.out && layer.root >= 0) layers::fix_dirs(layer.root, std::move(dir_fixes));
   if (!compressed) return result;
   drain(source);
@@ -354,7 +335,7 @@ struct Feeder {
       bool sending = true;
       while (sending && (rc = archive_read_data_block(a, &block, &size, &offset)) == ARCHIVE_OK)
         sending = send_all(static_cast<const char*>(block), size);
-      if (rc < ARCHIVE_EOF) error = std::string("corrupt archive: ") + why(a);
+      if (rc < ARCHIVE_EOF) error = std::string("corrupt archive: ") + archive_message(a);
     }
     archive_read_free(a);
     shutdown(out, SHUT_WR);  // the child sees the end of the stream

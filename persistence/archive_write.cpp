@@ -242,12 +242,7 @@ class Writer {
   // size at open, and one that shrinks while it streams (written in place by
   // a running process) fails the snapshot instead of being padded with NULs.
   void regular(int fd, const std::string& path, const struct stat& st) {
-    if (stamps_) stamps_->add(path, st);
-    if (inherited(path, st)) {
-      paths_.add('I', path);
-      ++result.files;
-      return;
-    }
+    if (stamps_) stamps_->add(path, st);  // inherited files were judged (and stamped) by entry()
     archive_entry* e = make_entry(path, st);
     std::unique_ptr<archive_entry, decltype(&archive_entry_free)> owned(e, archive_entry_free);
     test_delay();

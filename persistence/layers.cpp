@@ -2,10 +2,14 @@
 #include "persistence/layers.h"
 
 #include "os/errno_text.h"
-#include "persistence/archive.h"
+#include "persistence/archive_local.h"
+#include "persistence/archive_rules.h"
 #include "persistence/tree_fs.h"
 
+#include <archive_entry.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -21,7 +25,6 @@ namespace {
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 constexpr std::size_t kStampBytes = 8 * 8;
-constexpr std::string_view kMagic = "agentbox-baseline 1 ";
 
 void put64(std::string& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -90,6 +93,25 @@ void walk_tops(int root, const std::vector<std::string>& tops, Visit&& visit) {
 
 }  // namespace
 
+std::string read_meta(struct archive* in, struct archive_entry* entry) {
+  const char* p = archive_entry_pathname(entry);
+  std::string path = p ? p : "";
+  la_int64_t size = archive_entry_size(entry);
+  if ((path != kParentEntry && path != kPathsEntry) || archive_entry_filetype(entry) != AE_IFREG || size < 0 ||
+      static_cast<std::uint64_t>(size) > kMaxPathsBytes)
+    throw ArchiveError("entry '" + shorten_path(path) + "' is not one a snapshot holds");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  la_ssize_t n = text.empty() ? 0 : archive_read_data(in, text.data(), text.size());
+  if (n != static_cast<la_ssize_t>(text.size()))
+    throw ArchiveError("corrupt archive at " + path + ": " + (n < 0 ? local::archive_message(in) : std::string("short")));
+  if (path == kParentEntry) {
+    bool id = text.size() <= 128;
+    for (char c : text) id = id && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+    if (!id) throw ArchiveError("the archive's parent entry is not a snapshot id");
+  }
+  return text;
+}
+
 Stamp stamp_of(const struct stat& st) {
   return {static_cast<std::uint64_t>(st.st_ino),     static_cast<std::uint64_t>(st.st_size),
           static_cast<std::uint64_t>(st.st_mode),    static_cast<std::uint64_t>(st.st_nlink),
@@ -118,7 +140,7 @@ Baseline Baseline::load(const fs::path& file, const std::string& snapshot_id) {
     text.append(buf, static_cast<std::size_t>(n));
   }
   close(fd);
-  std::string header = std::string(kMagic) + snapshot_id + "\n";
+  std::string header = std::string(kBaselineMagic) + snapshot_id + "\n";
   if (text.compare(0, header.size(), header) != 0) return b;
   std::size_t pos = header.size();
   while (pos < text.size()) {
@@ -143,7 +165,7 @@ BaselineWriter::BaselineWriter(const fs::path& file, const std::string& snapshot
     : file_(file), racy_(racy) {
   fd_ = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd_ < 0) throw ArchiveError(os::errno_text("cannot create " + file.string(), errno));
-  buffer_ = std::string(kMagic) + snapshot_id + "\n";
+  buffer_ = std::string(kBaselineMagic) + snapshot_id + "\n";
 }
 
 BaselineWriter::~BaselineWriter() {

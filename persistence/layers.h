@@ -30,6 +30,9 @@
 #include <unordered_set>
 #include <vector>
 
+struct archive;
+struct archive_entry;
+
 namespace agentbox::persistence::layers {
 
 inline constexpr std::string_view kTop = ".agentbox";
@@ -39,6 +42,14 @@ inline constexpr std::string_view kPathsEntry = ".agentbox/paths";
 // path, so about four million entries.
 inline constexpr std::uint64_t kMaxPathsBytes = std::uint64_t{256} << 20;
 inline constexpr std::chrono::milliseconds kRacyWindow{20};
+// A baseline file's first line is this, the snapshot id, '\n' (the server
+// reads it to choose the next snapshot's parent: store.cpp).
+inline constexpr std::string_view kBaselineMagic = "agentbox-baseline 1 ";
+
+// Reads the .agentbox/ entry `entry` (its header just read from `in`):
+// only the two names above, regular files of at most kMaxPathsBytes, the
+// parent a snapshot id or empty. Throws ArchiveError otherwise.
+std::string read_meta(struct archive* in, struct archive_entry* entry);
 
 inline bool is_meta(std::string_view path) { return path.size() > kTop.size() && path.substr(0, kTop.size() + 1) == ".agentbox/"; }
 

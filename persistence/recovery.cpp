@@ -110,14 +110,15 @@ class Recovery {
         // would have replaced is intact.
         fs::remove(entry.path(), ec);
         act("removed uncommitted merge " + entry.path().string());
-      } else if (name.size() > 8 && name.ends_with(".tar.zst") && !recorded.count(name) &&
-                 catalog_.find_snapshot(name.substr(0, name.size() - 8))) {
-        // The file a merge on prune replaced (its row names the merged
-        // archive now): the crash came before its removal.
-        fs::remove(entry.path(), ec);
-        act("removed " + entry.path().string() + ", replaced by a merge");
       } else if (name.size() > 8 && name.ends_with(".tar.zst") && !recorded.count(name)) {
-        adopt(id, entry.path());
+        if (catalog_.find_snapshot(name.substr(0, name.size() - 8))) {
+          // The file a merge on prune replaced (its row names the merged
+          // archive now): the crash came before its removal.
+          fs::remove(entry.path(), ec);
+          act("removed " + entry.path().string() + ", replaced by a merge");
+        } else {
+          adopt(id, entry.path());
+        }
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include "os/errno_text.h"
 #include "os/unique_fd.h"
+#include "persistence/layers.h"
 #include "persistence/tree_fs.h"
 
 #include <cerrno>
@@ -89,7 +90,7 @@ std::string baseline_owner(const fs::path& file) {
   ssize_t n = read(fd.get(), buf, sizeof buf);
   if (n <= 0) return "";
   std::string head(buf, static_cast<std::size_t>(n));
-  const std::string magic = "agentbox-baseline 1 ";
+  const std::string magic(layers::kBaselineMagic);
   std::size_t nl = head.find('\n');
   if (head.rfind(magic, 0) != 0 || nl == std::string::npos) return "";
   return head.substr(magic.size(), nl - magic.size());
