@@ -136,13 +136,20 @@ DoctorCheck check_kept_aside(const DoctorOptions& o) {
 }
 
 // The workspace limit: a trial image mounted in the state directory, as
-// `serve` does at start (sandbox/disk.h).
-DoctorCheck check_workspace_limit(const DoctorOptions& o) {
+// `serve` does at start (sandbox/disk.h), and whether forks made now clone
+// the disk images (sandbox/disk_pool.h: the pool is made here as it would be
+// by `serve`).
+std::vector<DoctorCheck> check_disks(const DoctorOptions& o) {
   try {
     Disks disks(o.state_dir, o.disk, geteuid() == 0);
-    return {"workspace limit", disks.support().enabled ? Level::Ok : Level::Warn, disks.support().detail};
+    std::string clone = disks.clone_why();
+    return {{"workspace limit", disks.support().enabled ? Level::Ok : Level::Warn, disks.support().detail},
+            {"forks", clone.empty() ? Level::Ok : Level::Warn,
+             clone.empty() ? "a fork made now clones the disk image (copy-on-write: its cost does not grow with "
+                             "the workspace)"
+                           : "a fork made now goes through a snapshot and its first call unpacks it: " + clone}};
   } catch (const std::exception& e) {
-    return {"workspace limit", Level::Fail, e.what()};
+    return {{"workspace limit", Level::Fail, e.what()}};
   }
 }
 
@@ -202,7 +209,8 @@ std::vector<DoctorCheck> run_doctor(const DoctorOptions& o) {
   checks.push_back(check_seccomp());
   checks.push_back(check_criu());
   checks.push_back(check_state_dir(o));
-  if (checks.back().level != Level::Fail) checks.push_back(check_workspace_limit(o));
+  if (checks.back().level != Level::Fail)
+    for (auto& check : check_disks(o)) checks.push_back(std::move(check));
   checks.push_back(check_kept_aside(o));
   checks.push_back(check_uid_range(o.uid_range.empty() ? std::nullopt : std::optional(parse_uid_range(o.uid_range))));
   bool blocked = false;

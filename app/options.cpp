@@ -49,7 +49,7 @@ std::filesystem::path default_state_dir() {
 std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& args) {
   std::string state_dir, idle_timeout, keepalive, config, network, conversation, spare, shell_idle, snapshot_timeout;
   std::string checkpoint_interval, warm_cache;
-  std::string workspace_limit, tmpfs_size;
+  std::string workspace_limit, tmpfs_size, disk_pool = "auto";
   ServeOptions out;
   po::options_description desc("agentbox serve [options]  (MCP server on stdin/stdout)");
   desc.add_options()
@@ -92,6 +92,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
                                                        "root and loop devices, else not enforced)")
       ("workspace-inodes", po::value(&out.workspace_inodes), "files a sandbox may hold (default: one per 16 KiB of "
                                                              "--workspace-limit)")
+      ("disk-pool", po::value(&disk_pool), "as root where the state filesystem cannot clone files (ext4): keep "
+                                           "sandbox disk images in a btrfs pool file, <state>/disks.pool, so a fork "
+                                           "made now is a copy-on-write clone: auto (default) or off")
       ("tmpfs-size", po::value(&tmpfs_size), "size of each tmpfs in a sandbox (/dev/shm, /run), e.g. 64M "
                                              "(default 64M; RAM, counted in the sandbox's memory cgroup if any)")
       ("spare", po::value(&spare), "what is made ready for the next new conversation: none, prepared (default: "
@@ -143,6 +146,9 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   if (!workspace_limit.empty()) out.workspace_limit = sandbox::parse_size(workspace_limit);
   if (out.workspace_limit != 0 && out.workspace_limit < (16ull << 20))
     throw std::invalid_argument("--workspace-limit must be at least 16M (or 0 for unlimited)");
+  if (disk_pool != "auto" && disk_pool != "off")
+    throw std::invalid_argument("--disk-pool must be auto or off, not '" + disk_pool + "'");
+  out.disk_pool = disk_pool == "auto";
   if (!tmpfs_size.empty()) {
     out.tmpfs_bytes = sandbox::parse_size(tmpfs_size);
     if (*out.tmpfs_bytes < 4096) throw std::invalid_argument("--tmpfs-size must be at least 4096 bytes");

@@ -37,6 +37,7 @@ struct ServeOptions {
   std::string uid_range;  // START:COUNT host ids for a root server's sandboxes; empty: sandbox/uid_range.h default
   std::uint64_t workspace_limit = 10ull << 30;  // bytes per sandbox (its own filesystem, sandbox/disk.h); 0 = none
   std::uint64_t workspace_inodes = 0;           // 0: one per 16 KiB of workspace_limit
+  bool disk_pool = true;  // --disk-pool auto|off (sandbox/disk_pool.h)
 };
 
 // Parses `serve` arguments (argv without the program and subcommand names).

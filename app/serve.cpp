@@ -67,7 +67,7 @@ int serve(const std::vector<std::string>& args) {
                                     {"--shell-idle-ms", std::to_string(options->shell_idle.count())});
   if (options->cpus) sandbox_options.limits.cpus = *options->cpus;
   if (!options->uid_range.empty()) sandbox_options.uid_range = sandbox::parse_uid_range(options->uid_range);
-  sandbox_options.disk = {options->workspace_limit, options->workspace_inodes};
+  sandbox_options.disk = {options->workspace_limit, options->workspace_inodes, options->disk_pool};
   if (options->tmpfs_bytes) sandbox_options.limits.tmpfs_bytes = *options->tmpfs_bytes;
   sandbox_options.spare = options->spare == "none"   ? sandbox::ManagerOptions::Spare::None
                           : options->spare == "warm" ? sandbox::ManagerOptions::Spare::Warm

@@ -218,6 +218,13 @@ class Catalog {
   // the conversation already has a sandbox.
   bool add_fork(const std::string& conversation, const SnapshotRecord& snapshot,
                 const std::vector<SessionRecord>& sessions);
+  // A fork made by cloning the source's live storage (docs/design.md
+  // section 9, "Fork"): sandbox `sandbox` "active" with no snapshot (its
+  // live directories are the truth, adopted by its first call), the
+  // conversation and the sessions, in one transaction; false (nothing
+  // written) when the conversation already has a sandbox.
+  bool add_clone(const std::string& conversation, const std::string& sandbox,
+                 const std::vector<SessionRecord>& sessions);
 
  private:
   void migrate();

@@ -3,6 +3,7 @@
 #include "contract/agent_methods.h"
 #include "os/errno_text.h"
 #include "persistence/sandbox_lock.h"
+#include "sandbox/disk_owner.h"
 #include "sandbox/freezer.h"
 #include "sandbox/host_dirs.h"
 #include "sandbox/limits_report.h"
@@ -175,13 +176,17 @@ BwrapDriver::BwrapDriver(const ManagerOptions& options, persistence::StateLayout
 
 BwrapDriver::~BwrapDriver() { close(agent_fd_); }
 
-void BwrapDriver::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
+std::optional<std::pair<unsigned, unsigned>> BwrapDriver::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   disks_->ensure(d.root);  // its own filesystem first (disk.h)
+  // A fork's cloned disk keeps its source's ids (disk_owner.h).
+  std::optional<std::pair<unsigned, unsigned>> on_disk;
+  if (auto stored = read_disk_owner(d.root); stored && d.owner && *stored != *d.owner && stages()) on_disk = stored;
   DirsSetup setup;  // by descriptor, following no symlink (host_dirs.h)
   setup.root_mode = root_ && !stages() ? 0711 : 0700;
-  setup.owner = d.owner;  // as root, the sandbox's own host ids (manager_uids.cpp)
+  setup.owner = on_disk ? on_disk : d.owner;  // as root, the sandbox's own host ids (manager_uids.cpp)
   setup.etc_files = generated_etc_files(plan);
   prepare_sandbox_dirs(d, setup);
+  return on_disk;
 }
 
 BwrapOptions BwrapDriver::plan_for(const SandboxDirs& dirs) const {
@@ -215,11 +220,20 @@ LaunchSpec BwrapDriver::launch_spec(BwrapOptions plan, const Cgroup* cgroup) con
 
 std::unique_ptr<Box> BwrapDriver::start(const std::string& id, const SandboxDirs& dirs, bool held) {
   BwrapOptions plan = plan_for(dirs);
-  prepare_dirs(dirs, plan);
+  auto on_disk = prepare_dirs(dirs, plan);
+  // A server killed while this box was frozen (a snapshot, a fork) left its
+  // groups frozen: thawed, what is left of the old box ends (its agent's
+  // stdin is closed) instead of waiting there, and a new freeze starts clean.
+  std::vector<fs::path> parents = cgroups_.parents;
+  if (fs::path freezer = v1_freezer_parent(); !freezer.empty()) parents.push_back(freezer);
+  for (const auto& parent : parents)
+    if (thaw_left_frozen(parent / ("sandbox-" + id)))
+      spdlog::warn("sandbox {}: thawed its cgroup, left frozen by a server that stopped mid-freeze", id);
   std::string why;
   auto cgroup = Cgroup::create(cgroups_, "sandbox-" + id, options_.limits, why);
   if (!cgroup && cgroups_.writable) spdlog::warn("sandbox {}: no cgroup ({})", id, why);
   LaunchSpec spec = launch_spec(plan, cgroup.get());
+  if (on_disk && spec.staging) spec.staging->set_idmap(std::make_shared<os::UniqueFd>(idmap_userns(*on_disk, *dirs.owner)));
   auto box = std::make_unique<BwrapBox>(cgroups_, std::move(cgroup), "sandbox-" + id);
   if (!held) {
     spdlog::debug("sandbox {}: {}", id, printable_command(spec.argv));
@@ -253,6 +267,18 @@ std::unique_ptr<Box> BwrapDriver::start(const std::string& id, const SandboxDirs
 void BwrapDriver::ensure_storage(const fs::path& root) { disks_->ensure(root); }
 bool BwrapDriver::drop_storage(const fs::path& root) noexcept { return disks_->drop_quietly(root); }
 void BwrapDriver::detach_storage(const fs::path& root) noexcept { disks_->unmount_quietly(root); }
+std::string BwrapDriver::clone_support() const { return disks_->clone_why(); }
+void BwrapDriver::clone_storage(const SandboxDirs& from, const std::vector<fs::path>& to_roots,
+                                const std::function<void()>& on_frozen) {
+  // The ids on this disk go with its clones (disk_owner.h).
+  if (from.owner && !read_disk_owner(from.root)) write_disk_owner(from.root, *from.owner);
+  disks_->clone(from.root, to_roots, on_frozen);
+}
+std::optional<std::pair<unsigned, unsigned>> BwrapDriver::storage_owner(const fs::path& root) const {
+  return read_disk_owner(root);
+}
+void BwrapDriver::install_clone(const fs::path& root) { disks_->install(root); }
+void BwrapDriver::discard_clone(const fs::path& root) noexcept { disks_->discard(root); }
 void BwrapDriver::detach_idle_storage() {
   disks_->unmount_idle(layout_.sandboxes(), [this](const std::string& id) { return layout_.lock(id); });
 }

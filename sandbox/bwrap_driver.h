@@ -38,6 +38,12 @@ class BwrapDriver final : public Driver {
   bool drop_storage(const std::filesystem::path& root) noexcept override;
   void detach_storage(const std::filesystem::path& root) noexcept override;
   void detach_idle_storage() override;
+  std::string clone_support() const override;
+  void clone_storage(const SandboxDirs& from, const std::vector<std::filesystem::path>& to_roots,
+                     const std::function<void()>& on_frozen) override;
+  std::optional<std::pair<unsigned, unsigned>> storage_owner(const std::filesystem::path& root) const override;
+  void install_clone(const std::filesystem::path& root) override;
+  void discard_clone(const std::filesystem::path& root) noexcept override;
   persistence::ParkedStorage& parking() override { return *parking_; }
 
   persistence::SnapshotRecord export_workspace(persistence::SnapshotStore& store, const std::string& id,
@@ -55,7 +61,8 @@ class BwrapDriver final : public Driver {
   const Disks& disks() const override { return *disks_; }
 
  private:
-  void prepare_dirs(const SandboxDirs& dirs, const BwrapOptions& plan);
+  // Returns the ids its files are stored under when they are not dirs.owner.
+  std::optional<std::pair<unsigned, unsigned>> prepare_dirs(const SandboxDirs& dirs, const BwrapOptions& plan);
   BwrapOptions plan_for(const SandboxDirs& dirs) const;
   LaunchSpec launch_spec(BwrapOptions plan, const Cgroup* cgroup) const;
 

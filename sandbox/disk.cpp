@@ -4,6 +4,7 @@
 #include "persistence/sandbox_lock.h"
 #include "persistence/store.h"
 #include "contract/errors.h"
+#include "sandbox/loop_device.h"
 #include "sandbox/run_capture.h"
 
 #include <spdlog/spdlog.h>
@@ -25,15 +26,6 @@
 #include <unistd.h>
 #include <vector>
 
-#ifndef LOOP_CONFIGURE
-#define LOOP_CONFIGURE 0x4C0A
-struct loop_config {
-  __u32 fd;
-  __u32 block_size;
-  struct loop_info64 info;
-  __u64 __reserved[8];
-};
-#endif
 
 namespace agentbox::sandbox {
 
@@ -55,56 +47,7 @@ std::string find_mkfs() {
   return "";
 }
 
-bool is_mount_point(const fs::path& dir) {
-  struct stat here{}, parent{};
-  if (lstat(dir.c_str(), &here) != 0 || !S_ISDIR(here.st_mode)) return false;
-  if (stat(dir.parent_path().c_str(), &parent) != 0) return false;
-  return here.st_dev != parent.st_dev;
-}
 
-// Attaches image to a free loop device that frees itself when its last user
-// (the mount) goes (LO_FLAGS_AUTOCLEAR); returns an open fd of the device.
-int attach_loop(int image_fd, const fs::path& image, std::string& dev) {
-  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-  if (ctl < 0) throw disk_error("cannot open /dev/loop-control", errno);
-  for (int attempt = 0; attempt < 32; ++attempt) {
-    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-    if (n < 0) {
-      int err = errno;
-      close(ctl);
-      throw disk_error("no free loop device", err);
-    }
-    dev = "/dev/loop" + std::to_string(n);
-    int loop = open(dev.c_str(), O_RDWR | O_CLOEXEC);
-    if (loop < 0) continue;  // taken and gone meanwhile, or its node not made yet
-    loop_config config{};
-    config.fd = static_cast<__u32>(image_fd);
-    config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-    std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), image.c_str(), LO_NAME_SIZE - 1);
-    if (ioctl(loop, LOOP_CONFIGURE, &config) == 0) {
-      close(ctl);
-      return loop;
-    }
-    if (errno == EINVAL || errno == ENOTTY) {  // a kernel before 5.8: the two-step form
-      if (ioctl(loop, LOOP_SET_FD, image_fd) == 0) {
-        if (ioctl(loop, LOOP_SET_STATUS64, &config.info) == 0) {
-          close(ctl);
-          return loop;
-        }
-        ioctl(loop, LOOP_CLR_FD, 0);
-      }
-    }
-    int err = errno;
-    close(loop);
-    if (err != EBUSY) {
-      close(ctl);
-      throw disk_error("cannot attach " + image.string() + " to " + dev, err);
-    }
-    // EBUSY: another mount took that device between the two calls.
-  }
-  close(ctl);
-  throw disk_error("no free loop device after 32 tries", EBUSY);
-}
 
 }  // namespace
 
@@ -160,6 +103,9 @@ Disks::Disks(const fs::path& state_dir, DiskOptions options, bool may_mount)
     : dir_(state_dir / "disks"), options_(options), mkfs_(find_mkfs()) {
   if (options_.bytes != 0 && options_.bytes < kMinBytes)
     throw std::invalid_argument("--workspace-limit must be at least 16M (or 0)");
+  // The pool first (disk_pool.h): the images live in it.
+  if (options_.bytes != 0 && geteuid() == 0 && may_mount && access("/dev/loop-control", R_OK | W_OK) == 0)
+    pool_ = std::make_unique<DiskPool>(state_dir, options_.pool);
   std::string why = probe(may_mount);
   if (why.empty())
     support_ = {true, "each sandbox has its own ext4 filesystem of " + size_text(options_.bytes) + " and " +
@@ -225,52 +171,10 @@ void Disks::create(const fs::path& image, std::uint64_t bytes, std::uint64_t ino
   }
 }
 
-namespace {
-
-// The loop device that already backs `image`, if any: the filesystem of a
-// sandbox whose box has not finished dying (its mount namespace still holds
-// it after the host's mount is gone). Mounting that device again shares the
-// live superblock; attaching a second device to the same file would mount
-// one ext4 twice, and the two would overwrite each other.
-std::string attached_loop(const fs::path& image) {
-  struct stat want {};
-  if (stat(image.c_str(), &want) != 0) return "";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind("loop", 0) != 0) continue;
-    std::ifstream in(e.path() / "loop" / "backing_file");
-    std::string backing;
-    if (!std::getline(in, backing) || backing.empty()) continue;
-    struct stat have {};
-    if (stat(backing.c_str(), &have) == 0 && have.st_dev == want.st_dev && have.st_ino == want.st_ino)
-      return "/dev/" + name;
-  }
-  return "";
-}
-
-}  // namespace
-
 void Disks::mount_image(const fs::path& image, const fs::path& dir) const {
-  std::string dev = attached_loop(image);
-  int loop = dev.empty() ? -1 : open(dev.c_str(), O_RDWR | O_CLOEXEC);
-  if (loop < 0) {
-    int fd = open(image.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw disk_error("cannot open the disk image " + image.string(), errno);
-    try {
-      loop = attach_loop(fd, image, dev);
-    } catch (...) {
-      close(fd);
-      throw;
-    }
-    close(fd);
-  }
   // nosuid,nodev: nothing on it gains privileges or reaches a device; exec
   // stays (the box runs its programs from /workspace).
-  int rc = mount(dev.c_str(), dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro");
-  int err = errno;
-  close(loop);  // the mount holds the device now; autoclear frees it at unmount
-  if (rc != 0) throw disk_error("cannot mount " + image.string() + " on " + dir.string(), err);
+  mount_file(image, dir, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro");
 }
 
 bool Disks::ensure(const fs::path& sandbox_dir) const {
@@ -372,6 +276,43 @@ std::string Disks::unpark(const fs::path& sandbox_dir, const std::string& stamp)
   return why;
 }
 
+std::string Disks::clone_why() const {
+  if (!support_.enabled) return "sandboxes have no disk image to clone (" + support_.detail + ")";
+  return pool_ ? pool_->clone_why() : "no disk pool";
+}
+
+fs::path Disks::clone_of(const fs::path& sandbox_dir) const {
+  return dir_ / (sandbox_dir.filename().string() + ".clone");
+}
+
+void Disks::clone(const fs::path& from_dir, const std::vector<fs::path>& to_dirs,
+                  const std::function<void()>& on_frozen) const {
+  if (std::string why = clone_why(); !why.empty()) throw SandboxError(codes::kInternal, why);
+  if (!is_mount_point(from_dir)) throw SandboxError(codes::kInternal, from_dir.string() + " is not its own filesystem");
+  std::vector<fs::path> made;
+  try {
+    FrozenFilesystem frozen(from_dir);  // flushed and held: the image is one consistent instant
+    for (const auto& to : to_dirs) {
+      clone_file(image(from_dir), clone_of(to));
+      made.push_back(to);
+    }
+    if (on_frozen) on_frozen();
+  } catch (...) {
+    for (const auto& to : made) discard(to);
+    throw;
+  }
+}
+
+void Disks::install(const fs::path& sandbox_dir) const {
+  fs::path img = image(sandbox_dir);
+  if (access(img.c_str(), F_OK) == 0)
+    throw SandboxError(codes::kInternal, "a disk image is in the way of the fork's: " + img.string());
+  if (rename(clone_of(sandbox_dir).c_str(), img.c_str()) != 0)
+    throw SandboxError(codes::kInternal, os::errno_text("cannot install the fork's disk image " + img.string(), errno));
+}
+
+void Disks::discard(const fs::path& sandbox_dir) const noexcept { unlink(clone_of(sandbox_dir).c_str()); }
+
 void Disks::adopt_all(const fs::path& sandboxes_dir, const std::function<fs::path(const std::string&)>& lock_path) const {
   if (!support_.enabled) return;
   std::error_code ec;
@@ -382,11 +323,16 @@ void Disks::adopt_all(const fs::path& sandboxes_dir, const std::function<fs::pat
       fs::remove(entry.path(), ec);
       continue;
     }
+    if (name.ends_with(".clone")) {  // a fork a crash cut short before its image was installed
+      fs::remove(entry.path(), ec);
+      continue;
+    }
     if (name.size() <= 4 || !name.ends_with(".img")) continue;
     std::string id = name.substr(0, name.size() - 4);
     persistence::SandboxLock lock;
     try {
       if (!persistence::SandboxLock::acquire(lock_path(id), std::chrono::milliseconds(0), lock)) continue;
+      if (is_mount_point(sandboxes_dir / id)) thaw_filesystem(sandboxes_dir / id);  // a fork cut short
       if (ensure(sandboxes_dir / id)) spdlog::debug("sandbox {}: its disk image is mounted", id);
     } catch (const std::exception& e) {
       spdlog::error("sandbox {}: cannot mount its disk image: {}", id, e.what());
@@ -430,6 +376,7 @@ std::unique_ptr<Disks> start_disks(const DiskOptions& options, const persistence
   auto disks = std::make_unique<Disks>(layout.root, options, may_mount);
   if (disks->support().enabled) spdlog::info("workspace limit: {}", disks->support().detail);
   else spdlog::warn("{}", disks->support().detail);
+  if (disks->support().enabled) spdlog::info("forks: {}", disks->clone_why().empty() ? "cloned (copy-on-write)" : disks->clone_why());
   disks->adopt_all(layout.sandboxes(), [&layout](const std::string& id) { return layout.lock(id); });
   return disks;
 }

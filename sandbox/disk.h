@@ -24,18 +24,22 @@
 
 #include "persistence/recovery.h"
 
+#include "sandbox/disk_pool.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace agentbox::sandbox {
 
 struct DiskOptions {
   std::uint64_t bytes = 10ull << 30;  // serve --workspace-limit; 0: plain directories
   std::uint64_t inodes = 0;           // serve --workspace-inodes; 0: one per 16 KiB of bytes
+  bool pool = true;                   // serve --disk-pool auto|off (disk_pool.h)
   std::uint64_t inode_count() const;
 };
 
@@ -99,6 +103,19 @@ class Disks {
   Parked park(const std::filesystem::path& sandbox_dir) const;
   std::string unpark(const std::filesystem::path& sandbox_dir, const std::string& stamp) const;
   std::filesystem::path parked_image(const std::filesystem::path& sandbox_dir) const;
+  // Forks made now (docs/design.md section 9, "Fork"; disk_pool.h): empty
+  // when images can be cloned, else why not. clone() freezes the mounted
+  // filesystem of from_dir (FIFREEZE: one instant, flushed) and clones its
+  // image once for each of to_dirs as <id>.clone, which nothing mounts or
+  // adopts (a start removes any a crash left); install() renames one to
+  // <id>.img, a sandbox's disk like any other from then on; discard()
+  // removes one. All throw SandboxError.
+  std::string clone_why() const;
+  // on_frozen (tests): called once the clones are made, still frozen.
+  void clone(const std::filesystem::path& from_dir, const std::vector<std::filesystem::path>& to_dirs,
+             const std::function<void()>& on_frozen = {}) const;
+  void install(const std::filesystem::path& sandbox_dir) const;
+  void discard(const std::filesystem::path& sandbox_dir) const noexcept;
   // Unmounts, keeping the image (shutdown); logs a failure.
   void unmount_quietly(const std::filesystem::path& sandbox_dir) const noexcept;
   // Mounts every image whose sandbox lock is free and that is not mounted
@@ -115,7 +132,10 @@ class Disks {
   void create(const std::filesystem::path& image, std::uint64_t bytes, std::uint64_t inodes) const;
   void mount_image(const std::filesystem::path& image, const std::filesystem::path& dir) const;
 
+  std::filesystem::path clone_of(const std::filesystem::path& sandbox_dir) const;
+
   std::filesystem::path dir_;  // <state>/disks
+  std::unique_ptr<DiskPool> pool_;  // as root, when images are made at all
   DiskOptions options_;
   DiskSupport support_;
   std::string mkfs_;

@@ -20,6 +20,7 @@
 #include "sandbox/bwrap_plan.h"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,22 @@ class Driver {
   virtual void detach_storage(const std::filesystem::path& root) noexcept = 0;
   // Detaches every sandbox's storage whose lock is free (server shutdown).
   virtual void detach_idle_storage() = 0;
+  // Forks made now (docs/design.md section 9, "Fork"): copies of a running
+  // sandbox's storage at one instant, at a cost that does not grow with it
+  // (bwrap: clones of its disk image, disk_pool.h). clone_support: empty
+  // when clone_storage works here, else why not. clone_storage makes one
+  // copy per root, not yet a sandbox's (nothing mounts or adopts it, a
+  // start removes it); install_clone makes one the storage of its root;
+  // discard_clone removes one. Throw SandboxError.
+  virtual std::string clone_support() const = 0;
+  virtual void clone_storage(const SandboxDirs& from, const std::vector<std::filesystem::path>& to_roots,
+                             const std::function<void()>& on_frozen = {}) = 0;
+  // The host ids the files on a sandbox's storage are stored under, when
+  // they are not its own (a clone's: disk_owner.h); what a restore into it
+  // unpacks as.
+  virtual std::optional<std::pair<unsigned, unsigned>> storage_owner(const std::filesystem::path& root) const = 0;
+  virtual void install_clone(const std::filesystem::path& root) = 0;
+  virtual void discard_clone(const std::filesystem::path& root) noexcept = 0;
   // Where a stopped sandbox's storage is kept as its warm copy
   // (persistence/warm.h; docs/design.md section 9, "Warm restore").
   virtual persistence::ParkedStorage& parking() = 0;

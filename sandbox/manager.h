@@ -87,6 +87,10 @@ struct ManagerOptions {
   Spare spare = Spare::Prepared;
   // Each sandbox's own filesystem (disk.h); where a host cannot, none.
   DiskOptions disk;
+  // Tests only: called at each step of a fork made by cloning ("frozen":
+  // clones made, source still frozen; "cloned"; "installed"; "recorded"),
+  // e.g. to kill the process there.
+  std::function<void(const char* step)> fork_reached;
 };
 
 // Reports progress of a long restore or snapshot (bytes done, total if known).
@@ -140,6 +144,9 @@ struct ForkResult {
   std::vector<ForkInfo> forks;
   persistence::SnapshotRecord source;  // the snapshot the forks start from
   SnapshotInfo taken;  // when a snapshot was taken for the fork (its freeze); else record empty
+  // Made now as clones of the source's storage (no snapshot: source and
+  // taken.record empty, taken.frozen/freeze the freeze of the clone).
+  bool cloned = false;
   std::chrono::milliseconds duration{0};
 };
 

@@ -71,6 +71,9 @@ class ManagerImpl {
   ForkResult fork(const std::string& conversation, const std::string& snapshot_id, const std::string& to_conversation,
                   int count, const ProgressFn& progress);
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation);
+  // fork() made now where the driver clones storage (manager_fork.cpp).
+  ForkResult fork_by_clone(const std::string& conversation, const std::vector<ForkInfo>& names,
+                           const ProgressFn& progress);
   std::optional<persistence::SandboxRecord> record(const std::string& conversation);
   bool teardown(const std::string& conversation);
   std::size_t running() const;

@@ -267,7 +267,12 @@ std::string ManagerImpl::restore_locked(ManagedSandbox& sandbox, const persisten
   try {
     persistence::Restore steps;
     steps.snapshot = &snapshot;
-    steps.owner = [&] { return owner(sandbox); };
+    // A clone's disk keeps its source's ids (disk_owner.h); a fresh one gets the sandbox's.
+    steps.owner = [&] {
+      auto own = owner(sandbox);
+      auto stored = driver_->storage_owner(sandbox.dirs().root);
+      return stored && own ? stored : own;
+    };
     steps.extract = [&](std::optional<std::pair<unsigned, unsigned>> owner, const persistence::ArchiveProgressFn& p) {
       driver_->ensure_storage(sandbox.dirs().root);  // a fresh filesystem after a teardown (disk.h)
       return driver_->import_workspace(*store_, snapshot, owner, p);

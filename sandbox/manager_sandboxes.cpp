@@ -81,6 +81,7 @@ Forked ManagerSandboxes::fork(const std::string& conversation, const std::string
   for (const auto& f : made.forks) out.forks.push_back({f.conversation, f.sandbox});
   out.from = made.source;
   out.taken = !made.taken.record.id.empty();
+  out.cloned = made.cloned;
   out.frozen = made.taken.frozen;
   out.freeze = made.taken.freeze;
   out.duration = made.duration;

@@ -4,80 +4,17 @@
 // SIGSTOP from the agent where the host has none) while the workspace is
 // read, and thawed after, at the latest after kMaxFreeze (docs/design.md
 // section 9, "Consistent snapshots").
+#include "sandbox/frozen_box.h"
 #include "sandbox/manager_impl.h"
 
 #include <spdlog/spdlog.h>
 
-#include <condition_variable>
-#include <thread>
 
 namespace agentbox::sandbox {
 
 using Clock = std::chrono::steady_clock;
 using persistence::SandboxState;
 
-namespace {
-
-// A box is never left frozen longer than this, whatever the snapshot does.
-constexpr std::chrono::seconds kMaxFreeze{60};
-
-// Freezes a box for its lifetime; a watchdog thaws it after kMaxFreeze.
-class FrozenBox {
- public:
-  explicit FrozenBox(Box* box) : box_(box) {
-    if (!box_) {
-      result_ = {false, "the box is not running", ""};
-      return;
-    }
-    result_ = box_->freeze();
-    if (!result_.done) return;
-    start_ = Clock::now();
-    watchdog_ = std::thread([this] {
-      std::unique_lock lock(mutex_);
-      if (!wake_.wait_for(lock, kMaxFreeze, [this] { return done_; })) {
-        thaw_locked();
-        thawed_early_ = true;
-      }
-    });
-  }
-  ~FrozenBox() { thaw(); }
-
-  const FreezeResult& result() const { return result_; }
-  // Thaws now (once); how long the box was frozen, none if it was not.
-  std::optional<std::chrono::milliseconds> thaw() {
-    if (!result_.done) return std::nullopt;
-    {
-      std::lock_guard lock(mutex_);
-      done_ = true;
-      thaw_locked();
-    }
-    wake_.notify_all();
-    if (watchdog_.joinable()) watchdog_.join();
-    return frozen_for_;
-  }
-  bool thawed_early() const { return thawed_early_; }
-
- private:
-  void thaw_locked() {
-    if (thawed_) return;
-    thawed_ = true;
-    frozen_for_ = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
-    if (auto r = box_->thaw(); !r.done) spdlog::error("a box could not be thawed after a snapshot: {}", r.why);
-  }
-
-  Box* box_;
-  FreezeResult result_;
-  Clock::time_point start_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool done_ = false;
-  bool thawed_ = false;
-  bool thawed_early_ = false;
-  std::chrono::milliseconds frozen_for_{0};
-  std::thread watchdog_;
-};
-
-}  // namespace
 
 SnapshotInfo ManagerImpl::take_frozen(ManagedSandbox& sandbox, const std::string& label, const std::string& reason,
                                       const ProgressFn& progress) {
@@ -98,10 +35,7 @@ SnapshotInfo ManagerImpl::take_frozen(ManagedSandbox& sandbox, const std::string
       throw state_error(e, codes::kSnapshotFailed, "could not snapshot the workspace");
     }
     info.frozen = frozen.thaw();
-    info.freeze = frozen.result().done ? frozen.result().method : frozen.result().why;
-    if (frozen.thawed_early())
-      info.freeze += " (thawed after " + std::to_string(kMaxFreeze.count()) +
-                     " s while the snapshot still ran: it may not be one instant)";
+    info.freeze = frozen.how();
   }
   info.duration = std::chrono::milliseconds(ms_since(start));
   {

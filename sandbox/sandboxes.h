@@ -55,6 +55,7 @@ struct Forked {
   std::vector<Fork> forks;
   persistence::SnapshotRecord from;
   bool taken = false;  // from a snapshot taken for the fork
+  bool cloned = false;  // made now as copy-on-write clones of the workspace (no snapshot: from empty)
   std::optional<std::chrono::milliseconds> frozen;
   std::string freeze;
   std::chrono::milliseconds duration{0};

@@ -18,6 +18,18 @@
 #ifndef MOVE_MOUNT_F_EMPTY_PATH
 #define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
 #endif
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+struct mount_attr {
+  __u64 attr_set;
+  __u64 attr_clr;
+  __u64 propagation;
+  __u64 userns_fd;
+};
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
 
 namespace agentbox::sandbox {
 
@@ -34,7 +46,9 @@ bool fail(int fd, const char* what, const char* path, const char* more = "") {
 // Bind-mounts what fd is on target (created as a directory or an empty file).
 // open_tree(OPEN_TREE_CLONE) clones the fd's own mount, so nothing is looked
 // up by path again; the fd must have been opened in this mount namespace.
-bool bind_fd(int fd, const char* target, bool directory, int err_fd) {
+// idmap_fd: a user namespace whose mapping the new mount applies to file
+// owners (MOUNT_ATTR_IDMAP); -1: none.
+bool bind_fd(int fd, const char* target, bool directory, int err_fd, int idmap_fd = -1) {
   bool made;
   if (directory) {
     made = mkdir(target, 0755) == 0;
@@ -45,6 +59,17 @@ bool bind_fd(int fd, const char* target, bool directory, int err_fd) {
   if (!made) return fail(err_fd, "create", target);
   int tree = static_cast<int>(syscall(SYS_open_tree, fd, "", OPEN_TREE_CLONE | AT_EMPTY_PATH | O_CLOEXEC));
   if (tree < 0) return fail(err_fd, "clone the mount for", target);
+  if (idmap_fd >= 0) {
+    mount_attr attr{};
+    attr.attr_set = MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<__u64>(idmap_fd);
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+      int err = errno;
+      close(tree);
+      errno = err;
+      return fail(err_fd, "map the owners of", target);
+    }
+  }
   bool ok = syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0;
   int err = errno;
   close(tree);
@@ -85,7 +110,8 @@ Staging::Staging(std::filesystem::path sandbox_root, std::filesystem::path agent
     names_[i] = std::string("/") + kStagedDirs[i];
   }
   targets_[kDirs] = (mount_point / kStagedAgent).string();
-  sandbox_mounts_ = mounts_under(sandbox_root.parent_path().string());
+  // <state>/sandboxes/* and the disk pool on <state>/disks (disk_pool.h).
+  sandbox_mounts_ = mounts_under(sandbox_root.parent_path().parent_path().string());
 }
 
 bool Staging::enter(int err_fd) const noexcept {
@@ -115,7 +141,8 @@ bool Staging::enter(int err_fd) const noexcept {
       // ELOOP/ENOTDIR: a symlink or a file where the directory should be.
       return fail(err_fd, "open", root_.c_str(), names_[i].c_str());
     }
-    bool ok = bind_fd(fd, targets_[i].c_str(), true, err_fd);
+    // The generated /etc is root's on every disk: never mapped.
+    bool ok = bind_fd(fd, targets_[i].c_str(), true, err_fd, etc || !idmap_ ? -1 : idmap_->get());
     close(fd);
     if (!ok) {
       close(root);
@@ -128,7 +155,7 @@ bool Staging::enter(int err_fd) const noexcept {
   bool ok = bind_fd(agent, targets_[kDirs].c_str(), false, err_fd);
   close(agent);
   // Every sandbox's filesystem (its own included, now that the staged
-  // binds hold what this one needs) leaves this namespace: a copy here
+  // binds hold what this one needs) and the disk pool leave this namespace: a copy here
   // would keep another sandbox's image busy (its loop device attached) for
   // as long as this box lives, since the host's unmount does not propagate
   // (disk.h, "park").

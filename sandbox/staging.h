@@ -19,10 +19,12 @@
 // user, who can walk its own state directory.
 #pragma once
 
+#include "os/unique_fd.h"
 #include "sandbox/bwrap_plan.h"
 
 #include <filesystem>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,12 +43,19 @@ class Staging {
   // On failure writes a line saying what failed to err_fd and returns false.
   bool enter(int err_fd) const noexcept;
 
+  // A fork's disk is a clone of its source's, its files owned on disk by
+  // the source's host ids (disk_owner.h): the workspace, home and tmp are
+  // then mounted idmapped through this user namespace (on-disk ids as the
+  // box's), the files left as they are.
+  void set_idmap(std::shared_ptr<os::UniqueFd> userns) { idmap_ = std::move(userns); }
+
  private:
   std::string root_, agent_, mount_point_;
   static constexpr std::size_t kDirs = std::size(kStagedDirs);
   std::string targets_[kDirs + 1];  // mount_point/<kStagedDirs...>, then mount_point/kStagedAgent
   std::string names_[kDirs];        // "/workspace", ... (for messages)
-  std::vector<std::string> sandbox_mounts_;  // mount points under <state>/sandboxes when made (enter detaches them)
+  std::vector<std::string> sandbox_mounts_;  // mount points under <state> when made (enter detaches them)
+  std::shared_ptr<os::UniqueFd> idmap_;
 };
 
 }  // namespace agentbox::sandbox

@@ -115,16 +115,19 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
           names += (names.empty() ? "" : ", ") + f.conversation;
         }
         json out = {{"forks", forks},
-                    {"snapshot", made.from.id},
+                    {"copy", made.cloned ? "clone" : "snapshot"},
                     {"frozen_ms", made.frozen ? json(made.frozen->count()) : json(nullptr)},
                     {"duration_ms", made.duration.count()}};
-        std::string from = made.taken ? "now (snapshot " + made.from.id + (made.frozen ? ", processes frozen " +
-                                        std::to_string(made.frozen->count()) + " ms" : "") + ")"
-                                      : "snapshot " + made.from.id + " (taken " + made.from.created_at + ")";
+        if (!made.from.id.empty()) out["snapshot"] = made.from.id;
+        std::string frozen = made.frozen ? ", processes frozen " + std::to_string(made.frozen->count()) + " ms" : "";
+        std::string from = made.cloned  ? "now (a copy-on-write clone of the whole box" + frozen + ")"
+                           : made.taken ? "now (snapshot " + made.from.id + frozen + ")"
+                                        : "snapshot " + made.from.id + " (taken " + made.from.created_at + ")";
+        std::string first = made.cloned ? "its first call starts it on that copy"
+                                        : "its first call unpacks the workspace";
         reply(ToolResult::ok(out, "Forked into " + names + " from " + from + " in " +
-                                      std::to_string(made.duration.count()) +
-                                      " ms. Pass a fork's id as `conversation` to use it; its first call unpacks "
-                                      "the workspace, and its services start again there."));
+                                      std::to_string(made.duration.count()) + " ms. Pass a fork's id as `conversation` "
+                                      "to use it; " + first + ", and its services start again there."));
       } catch (const SandboxError& e) {
         reply(error_result(e));
       }

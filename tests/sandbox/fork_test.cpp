@@ -9,6 +9,11 @@
 
 #include <functional>
 
+#include <csignal>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 using namespace agentbox;
 using namespace agentbox::sandbox;
 using namespace agentbox::sandbox::test;
@@ -66,11 +71,19 @@ TEST_CASE("forks start from the source's workspace, home and session; changes on
   CHECK(out(f, "cat /workspace/src/a; ls /workspace/src", made.forks[0].conversation) == "fork-one\na\n");
   CHECK(out(f, "cat /workspace/src/a; ls /workspace/src", made.forks[1].conversation) == "base\na\n");
   CHECK(f.call("process.list", json::object(), "source")["processes"][0]["status"] == "running");
-  // Each fork's snapshot is its own: snapshot_list of a fork shows it (reason "fork").
-  auto forked = f.manager->snapshots(made.forks[0].conversation);
-  REQUIRE(forked.size() == 1);
-  CHECK(forked[0].reason == "fork");
-  CHECK(forked[0].digest == made.source.digest);
+  CHECK(made.cloned == f.manager->disks().clone_why().empty());
+  if (made.cloned) {
+    // A clone of the box's disk: no snapshot was taken, none is the fork's yet.
+    CHECK(made.source.id.empty());
+    CHECK(f.manager->snapshots(made.forks[0].conversation).empty());
+    CHECK(f.manager->snapshots("source").empty());
+  } else {
+    // Each fork's snapshot is its own: snapshot_list of a fork shows it (reason "fork").
+    auto forked = f.manager->snapshots(made.forks[0].conversation);
+    REQUIRE(forked.size() == 1);
+    CHECK(forked[0].reason == "fork");
+    CHECK(forked[0].digest == made.source.digest);
+  }
 }
 
 TEST_CASE("a fork from a named snapshot holds that snapshot's files, and outlives its source") {
@@ -101,4 +114,146 @@ TEST_CASE("sandbox_fork refuses what it cannot do and changes nothing") {
   CHECK(code_of([&] { f.manager->fork("source", other.record.id, "", 1); }) == "SNAPSHOT_NOT_FOUND");
   CHECK(f.manager->catalog().sandboxes().size() == 2);
   CHECK(out(f, "cat /workspace/a", "source") == "x\n");
+}
+
+namespace {
+
+// Bytes the state filesystem gives the disk pool's file (disk_pool.h).
+std::uint64_t pool_blocks(const fs::path& state) {
+  struct stat st{};
+  if (stat((state / "disks.pool").c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
+}
+
+// As root the test suite runs where forks clone (scripts/setup installs
+// btrfs-progs for the disk pool); anywhere else it says why not, loudly.
+bool expect_clones(SandboxFixture& f) {
+  std::string why = f.manager->disks().clone_why();
+  if (geteuid() == 0) {
+    INFO("forks do not clone here: " << why);
+    REQUIRE(why.empty());
+    return true;
+  }
+  WARN("a normal user's forks go through a snapshot: " << why);
+  CHECK(!why.empty());
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a fork made now clones the box's disk: same files, sessions and /tmp, blocks shared, isolated both ways") {
+  SandboxFixture f(fork_options());
+  bool clones = expect_clones(f);
+  f.exec("head -c 20000000 /dev/urandom > /workspace/big && mkdir /workspace/d && echo one > /workspace/d/a && "
+         "echo scratch > /tmp/t && cd /workspace/d && export V=kept",
+         {}, "source");
+  std::string sum = out(f, "md5sum /workspace/big | cut -c1-32", "source");
+  // Down the stack (the box's ext4, the pool's btrfs, the state filesystem)
+  // before the pool's size is read.
+  for (int i = 0; i < 3; ++i) sync();
+  std::uint64_t before = pool_blocks(f.state_dir);
+  auto made = f.manager->fork("source", "", "", 2);
+  REQUIRE(made.forks.size() == 2);
+  CHECK(made.cloned == clones);
+  if (!clones) return;
+  CHECK(made.taken.frozen.has_value());
+  CHECK(made.taken.freeze == "cgroup freezer");
+  // Two copies of 20 MB took next to nothing of the state filesystem.
+  for (int i = 0; i < 3; ++i) sync();
+  CHECK(pool_blocks(f.state_dir) < before + (8u << 20));
+  for (const auto& fork : made.forks) {
+    INFO(fork.conversation);
+    CHECK(out(f, "md5sum /workspace/big | cut -c1-32", fork.conversation) == sum);
+    CHECK(out(f, "pwd; echo $V; cat a /tmp/t", fork.conversation) == "/workspace/d\nkept\none\nscratch\n");
+    auto status = f.manager->record(fork.conversation);
+    REQUIRE(status);
+    CHECK(status->state == persistence::SandboxState::Active);
+  }
+  f.exec("echo source > /workspace/d/a && rm /workspace/big", {}, "source");
+  auto wrote = f.exec("echo fork > /workspace/d/a && echo new > /workspace/d/b", {}, made.forks[0].conversation);
+  INFO(wrote.dump());
+  CHECK(wrote["exit_code"] == 0);
+  CHECK(out(f, "cat /workspace/d/*; ls /workspace", "source") == "source\nd\n");
+  CHECK(out(f, "cat /workspace/d/*; md5sum /workspace/big | cut -c1-32", made.forks[0].conversation) ==
+        "fork\nnew\n" + sum);
+  CHECK(out(f, "cat /workspace/d/*", made.forks[1].conversation) == "one\n");
+  // A fork of a fork, and forks that outlive their source.
+  auto grandchild = f.manager->fork(made.forks[0].conversation, "", "grandchild", 1);
+  CHECK(grandchild.cloned);
+  REQUIRE(f.manager->destroy("source"));
+  CHECK(out(f, "cat /workspace/d/*", "grandchild") == "fork\nnew\n");
+  CHECK(out(f, "cat /workspace/d/a", made.forks[1].conversation) == "one\n");
+  // Its idle teardown and restore work as for any sandbox (its first snapshot is complete).
+  REQUIRE(f.manager->teardown("grandchild"));
+  CHECK(out(f, "cat /workspace/d/*; md5sum /workspace/big | cut -c1-32", "grandchild") == "fork\nnew\n" + sum);
+}
+
+namespace {
+
+ManagerOptions dying_fork_options(const fs::path& state, const char* die_at) {
+  ManagerOptions o = fork_options();
+  o.state_dir = state;
+  const char* agent = std::getenv("AGENTBOX_TEST_AGENT");
+  o.agent_binary = agent && *agent ? agent : AGENTBOX_TEST_AGENT;
+  if (die_at)
+    o.fork_reached = [die_at](const char* step) {
+      if (std::string_view(step) == die_at) raise(SIGKILL);
+    };
+  return o;
+}
+
+json exec_in(Manager& m, const std::string& conversation, const std::string& command) {
+  Lease lease = m.acquire(conversation);
+  return lease.agent().call("exec", {{"command", command}, {"timeout_ms", 20'000}}, std::chrono::seconds(60));
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL at each step of a fork by clone leaves the source whole and no fork or a whole one") {
+  if (geteuid() != 0) {
+    WARN("a normal user's forks do not clone: nothing to kill here");
+    return;
+  }
+  for (const char* step : {"frozen", "cloned", "installed", "recorded"}) {
+    INFO("killed at " << step);
+    char tmpl[] = "/tmp/agentbox-fork-crash-XXXXXX";
+    fs::path state = mkdtemp(tmpl);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 3;
+      try {
+        Manager m(dying_fork_options(state, step));
+        if (!m.disks().clone_why().empty()) _exit(4);
+        exec_in(m, "source", "echo kept > /workspace/a && head -c 5000000 /dev/urandom > /workspace/b && "
+                             "md5sum /workspace/b > /workspace/b.md5 && cd /workspace && export V=v");
+        m.fork("source", "", "kid", 1);
+      } catch (...) {
+        code = 5;
+      }
+      _exit(code);  // the step was never reached
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+    {
+      Manager m(dying_fork_options(state, nullptr));
+      // The source is whole and not left frozen (an exec answers).
+      CHECK(exec_in(m, "source", "cat /workspace/a && cd /workspace && md5sum -c b.md5")["stdout"] == "kept\n/workspace/b: OK\n");
+      bool made = std::string_view(step) == "installed" || std::string_view(step) == "recorded";
+      CHECK(m.record("kid").has_value() == made);
+      if (made) {
+        CHECK(exec_in(m, "kid", "cat /workspace/a && cd /workspace && md5sum -c b.md5")["stdout"] == "kept\n/workspace/b: OK\n");
+        if (std::string_view(step) == "recorded") CHECK(exec_in(m, "kid", "pwd; echo $V")["stdout"] == "/workspace\nv\n");
+      }
+      for (const auto& e : fs::directory_iterator(state / "disks")) CHECK(e.path().extension() != ".clone");
+      // And a fork works again.
+      auto again = m.fork("source", "", "again", 1);
+      CHECK(again.cloned);
+      CHECK(exec_in(m, "again", "cat /workspace/a")["stdout"] == "kept\n");
+    }
+    std::error_code ec;
+    fs::remove_all(state, ec);
+  }
 }

@@ -1,0 +1,74 @@
+// Copy-on-write for the disks of a root server (docs/design.md section 9,
+// "Fork"): a fork made now is a clone of the source's disk image (disk.h),
+// blocks shared until either side writes them, so it costs the same for
+// 1 GB as for 1 MB. That needs a filesystem under <state>/disks that can
+// share blocks between files (FICLONE: btrfs, XFS with reflinks); ext4, the
+// usual root filesystem, cannot. Where the state filesystem cannot, the
+// disks live in a **pool**: one sparse file <state>/disks.pool holding a
+// btrfs filesystem (nodatacow, discard=async: freed blocks go back to the
+// state filesystem) mounted on <state>/disks through a loop device. It is
+// made only where <state>/disks is new or empty (the images of an older
+// agentbox stay where they are, and forks copy through a snapshot), mounted
+// again by every start (after a reboot), and unmounted at shutdown by the
+// last server on the state directory once no image in it is in use
+// (servers sharing a state directory hold <state>/locks/disk-pool shared).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace agentbox::sandbox {
+
+class DiskPool {
+ public:
+  // state_dir: the server's; create: serve --disk-pool auto (false: off).
+  // Mounts an existing pool that is not mounted (throws SandboxError when it
+  // cannot: the sandboxes' disks are in it), makes one when `create` allows
+  // and the state filesystem cannot clone files, then probes whether files
+  // in <state>/disks clone.
+  DiskPool(const std::filesystem::path& state_dir, bool create);
+  ~DiskPool();
+  DiskPool(const DiskPool&) = delete;
+  DiskPool& operator=(const DiskPool&) = delete;
+
+  // Empty when the images in <state>/disks can be cloned; else why not.
+  const std::string& clone_why() const { return clone_why_; }
+  // How the images are stored (a pool, the state filesystem), for logs and doctor.
+  const std::string& detail() const { return detail_; }
+  bool pooled() const { return pooled_; }
+
+ private:
+  void make(const std::filesystem::path& pool) const;
+
+  std::filesystem::path state_;
+  std::filesystem::path dir_;  // <state>/disks
+  int lock_fd_ = -1;
+  bool pooled_ = false;
+  std::string clone_why_;
+  std::string detail_;
+};
+
+// A new file `to` sharing all of `from`'s blocks (FICLONE), synced. Throws
+// SandboxError(INTERNAL) naming what failed; leaves no `to` behind.
+void clone_file(const std::filesystem::path& from, const std::filesystem::path& to);
+// Empty when files in `dir` can be cloned (a trial pair of files); else why not.
+std::string clone_probe(const std::filesystem::path& dir);
+
+// A filesystem frozen (FIFREEZE: its dirty data written, its journal clean,
+// every writer held) for this object's life, so the file under it is one
+// consistent instant. Throws SandboxError when it cannot freeze.
+class FrozenFilesystem {
+ public:
+  explicit FrozenFilesystem(const std::filesystem::path& mount_point);
+  ~FrozenFilesystem();
+  FrozenFilesystem(const FrozenFilesystem&) = delete;
+  FrozenFilesystem& operator=(const FrozenFilesystem&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Thaws a filesystem a crashed server left frozen; nothing if it is not.
+void thaw_filesystem(const std::filesystem::path& mount_point) noexcept;
+
+}  // namespace agentbox::sandbox
