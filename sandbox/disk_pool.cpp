@@ -9,6 +9,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <thread>
+
+#include <optional>
+
 #include <cerrno>
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -54,6 +59,18 @@ void mount_pool(const fs::path& pool, const fs::path& dir) {
 }
 
 }  // namespace
+
+DiskPool::SetupLock::SetupLock(const fs::path& state_dir) {
+  fs::path lock = state_dir / "locks" / "disk-pool.setup";
+  fd_ = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0 || flock(fd_, LOCK_EX) != 0) {
+    int err = errno;
+    if (fd_ >= 0) close(fd_);
+    throw SandboxError(codes::kSandboxStartFailed, os::errno_text("cannot lock " + lock.string(), err));
+  }
+}
+
+DiskPool::SetupLock::~SetupLock() { close(fd_); }
 
 std::string clone_probe(const fs::path& dir) {
   fs::path from = dir / (".clone-probe-" + persistence::random_hex(8)), to = from.string() + ".b";
@@ -109,8 +126,11 @@ DiskPool::DiskPool(const fs::path& state_dir, bool create) : state_(state_dir), 
   fs::path pool = state_dir / "disks.pool";
   fs::path lock = state_dir / "locks" / "disk-pool";
   mkdir(lock.parent_path().c_str(), 0700);  // `doctor` may come first
+  // Set-up and the last unmount one at a time (disk-pool.setup, held for a
+  // moment); each server holds disk-pool shared for its life.
+  SetupLock setup(state_dir);
   lock_fd_ = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd_ < 0 || flock(lock_fd_, LOCK_EX) != 0)
+  if (lock_fd_ < 0 || flock(lock_fd_, LOCK_SH) != 0)
     throw SandboxError(codes::kSandboxStartFailed, os::errno_text("cannot lock " + lock.string(), errno));
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(state_dir, ec))
@@ -121,7 +141,8 @@ DiskPool::DiskPool(const fs::path& state_dir, bool create) : state_(state_dir), 
     try {
       mount_pool(pool, dir_);
     } catch (const std::exception& e) {
-      flock(lock_fd_, LOCK_UN);
+      close(lock_fd_);
+      lock_fd_ = -1;
       throw SandboxError(codes::kSandboxStartFailed,
                          "the disk pool " + pool.string() + " holds the sandboxes' disk images and does not mount (" +
                              e.what() + "); agentbox does not start without it. Repair it (btrfs check) or move it "
@@ -150,16 +171,29 @@ DiskPool::DiskPool(const fs::path& state_dir, bool create) : state_(state_dir), 
   detail_ = pooled_ ? "disk images in the pool " + pool.string() + " (btrfs on a loop device), cloned for forks"
             : clone_why_.empty() ? "disk images on the state filesystem, cloned for forks"
                                  : "disk images are not cloned for forks: " + clone_why_;
-  flock(lock_fd_, LOCK_SH);  // others may start and share it; the last one out unmounts it
 }
 
 DiskPool::~DiskPool() {
   if (lock_fd_ < 0) return;
-  // The last server out, with no image in use: a busy pool (a loop device
-  // still holds an image) stays mounted, and the next start finds it so.
-  if (pooled_ && flock(lock_fd_, LOCK_EX | LOCK_NB) == 0 && is_mount_point(dir_) && umount2(dir_.c_str(), 0) != 0 &&
-      errno != EBUSY)
-    spdlog::warn("{}", os::errno_text("cannot unmount the disk pool on " + dir_.string(), errno));
+  // The last server out, with no image in use. The images it unmounted
+  // lazily let go of their loop devices once the last box's mount namespace
+  // is gone, so a busy pool is given a few seconds; one still busy (a box
+  // that does not die) stays mounted, and the next start finds it so.
+  std::optional<SetupLock> setup;
+  if (pooled_) setup.emplace(state_);
+  if (pooled_ && flock(lock_fd_, LOCK_EX | LOCK_NB) == 0 && is_mount_point(dir_)) {
+    int err = 0;
+    for (int i = 0; i < 250; ++i) {
+      if (umount2(dir_.c_str(), 0) == 0) {
+        err = 0;
+        break;
+      }
+      err = errno;
+      if (err != EBUSY) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (err) spdlog::warn("{}", os::errno_text("the disk pool on " + dir_.string() + " stays mounted", err));
+  }
   close(lock_fd_);
 }
 

@@ -11,7 +11,8 @@
 // agentbox stay where they are, and forks copy through a snapshot), mounted
 // again by every start (after a reboot), and unmounted at shutdown by the
 // last server on the state directory once no image in it is in use
-// (servers sharing a state directory hold <state>/locks/disk-pool shared).
+// (servers sharing a state directory hold <state>/locks/disk-pool shared;
+// the set-up and the last unmount take disk-pool.setup, one at a time).
 #pragma once
 
 #include <filesystem>
@@ -39,6 +40,13 @@ class DiskPool {
 
  private:
   void make(const std::filesystem::path& pool) const;
+  struct SetupLock {
+    explicit SetupLock(const std::filesystem::path& state_dir);
+    ~SetupLock();
+    SetupLock(const SetupLock&) = delete;
+    SetupLock& operator=(const SetupLock&) = delete;
+    int fd_ = -1;
+  };
 
   std::filesystem::path state_;
   std::filesystem::path dir_;  // <state>/disks
