@@ -281,6 +281,7 @@ void BwrapDriver::install_clone(const fs::path& root) { disks_->install(root); }
 void BwrapDriver::discard_clone(const fs::path& root) noexcept { disks_->discard(root); }
 void BwrapDriver::detach_idle_storage() {
   disks_->unmount_idle(layout_.sandboxes(), [this](const std::string& id) { return layout_.lock(id); });
+  disks_->release_pool();  // the last server out unmounts it (disk_pool.h)
 }
 
 // The workspace, home and tmp are host directories under the sandbox's: the

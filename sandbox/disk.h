@@ -116,6 +116,8 @@ class Disks {
              const std::function<void()>& on_frozen = {}) const;
   void install(const std::filesystem::path& sandbox_dir) const;
   void discard(const std::filesystem::path& sandbox_dir) const noexcept;
+  // Shutdown, after unmount_idle: lets go of the disk pool (disk_pool.h).
+  void release_pool() noexcept { pool_.reset(); }
   // Unmounts, keeping the image (shutdown); logs a failure.
   void unmount_quietly(const std::filesystem::path& sandbox_dir) const noexcept;
   // Mounts every image whose sandbox lock is free and that is not mounted

@@ -175,24 +175,22 @@ DiskPool::DiskPool(const fs::path& state_dir, bool create) : state_(state_dir), 
 
 DiskPool::~DiskPool() {
   if (lock_fd_ < 0) return;
-  // The last server out, with no image in use. The images it unmounted
-  // lazily let go of their loop devices once the last box's mount namespace
-  // is gone, so a busy pool is given a few seconds; one still busy (a box
-  // that does not die) stays mounted, and the next start finds it so.
+  // The last server out. The images it unmounted lazily let go of their
+  // loop devices once the last box's mount namespace is gone: a busy pool is
+  // given a second, then detached lazily (no other server uses it; it goes
+  // once its images do, and a start before that finds its loop device still
+  // attached and mounts that same device: loop_device.h mount_file).
   std::optional<SetupLock> setup;
   if (pooled_) setup.emplace(state_);
   if (pooled_ && flock(lock_fd_, LOCK_EX | LOCK_NB) == 0 && is_mount_point(dir_)) {
-    int err = 0;
-    for (int i = 0; i < 250; ++i) {
-      if (umount2(dir_.c_str(), 0) == 0) {
-        err = 0;
-        break;
-      }
-      err = errno;
-      if (err != EBUSY) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bool done = false;
+    for (int i = 0; i < 50 && !done; ++i) {
+      done = umount2(dir_.c_str(), 0) == 0;
+      if (!done && errno != EBUSY) break;
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (err) spdlog::warn("{}", os::errno_text("the disk pool on " + dir_.string() + " stays mounted", err));
+    if (!done && umount2(dir_.c_str(), MNT_DETACH) != 0)
+      spdlog::warn("{}", os::errno_text("the disk pool on " + dir_.string() + " stays mounted", errno));
   }
   close(lock_fd_);
 }

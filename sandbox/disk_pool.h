@@ -10,7 +10,7 @@
 // made only where <state>/disks is new or empty (the images of an older
 // agentbox stay where they are, and forks copy through a snapshot), mounted
 // again by every start (after a reboot), and unmounted at shutdown by the
-// last server on the state directory once no image in it is in use
+// last server on the state directory (lazily when an image still holds it)
 // (servers sharing a state directory hold <state>/locks/disk-pool shared;
 // the set-up and the last unmount take disk-pool.setup, one at a time).
 #pragma once

@@ -90,7 +90,8 @@ class Driver {
   virtual void ensure_storage(const std::filesystem::path& root) = 0;
   virtual bool drop_storage(const std::filesystem::path& root) noexcept = 0;
   virtual void detach_storage(const std::filesystem::path& root) noexcept = 0;
-  // Detaches every sandbox's storage whose lock is free (server shutdown).
+  // Detaches every sandbox's storage whose lock is free, and what holds it
+  // (bwrap: the disk pool), at server shutdown.
   virtual void detach_idle_storage() = 0;
   // Forks made now (docs/design.md section 9, "Fork"): copies of a running
   // sandbox's storage at one instant, at a cost that does not grow with it
