@@ -93,19 +93,7 @@ int main(int argc, char** argv) {
     Manager manager(options_for(state, agent, std::uint64_t{64} << 30));
     {
     Lease lease = manager.acquire("bench");
-    // Half text-like, half random bytes: compressible, not trivially.
-    std::string make = "python3 -c \"import os\nblock = os.urandom(" + std::to_string(file_bytes / 2) +
-                       ")\nfor d in range(" + std::to_string((files + 999) / 1000) +
-                       "):\n os.makedirs(f'/workspace/t/d{d}', exist_ok=True)\nfor i in range(" +
-                       std::to_string(files) + "):\n open(f'/workspace/t/d{i // 1000}/f{i}', 'wb').write(block[i % 97:] + "
-                       "(b'line %d of the file\\\\n' % i) * " + std::to_string(file_bytes / 40) + ")\"";
-    auto made = lease.agent().call("exec", {{"command", make}, {"timeout_ms", 1800000}}, std::chrono::minutes(31));
-    if (made.value("exit_code", 1) != 0) {
-      std::fprintf(stderr, "could not make the workspace: %s\n", made.dump().c_str());
-      return 1;
-    }
-    auto du = lease.agent().call("exec", {{"command", "du -sm /workspace | cut -f1"}}, std::chrono::minutes(5));
-    std::printf("workspace: %d files, %s MB\n", files, du.value("stdout", "?\n").c_str());
+    if (!agentbox::bench::make_workspace(lease.agent(), files, file_bytes)) return 1;
     fs::path workspace = manager.find("bench")->dirs().workspace();
     run("tar --zstd -cf " + (work / "tree.tar.zst").string() + " -C " + workspace.string() + " .");
     // The baseline first, before any teardown deleted a tree on this
