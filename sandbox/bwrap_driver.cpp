@@ -176,6 +176,12 @@ BwrapDriver::BwrapDriver(const ManagerOptions& options, persistence::StateLayout
 
 BwrapDriver::~BwrapDriver() { close(agent_fd_); }
 
+std::vector<fs::path> BwrapDriver::group_parents() const {
+  std::vector<fs::path> parents = cgroups_.parents;
+  if (fs::path freezer = v1_freezer_parent(); !freezer.empty()) parents.push_back(freezer);
+  return parents;
+}
+
 std::optional<std::pair<unsigned, unsigned>> BwrapDriver::prepare_dirs(const SandboxDirs& d, const BwrapOptions& plan) {
   disks_->ensure(d.root);  // its own filesystem first (disk.h)
   // A fork's cloned disk keeps its source's ids (disk_owner.h).
@@ -224,9 +230,7 @@ std::unique_ptr<Box> BwrapDriver::start(const std::string& id, const SandboxDirs
   // A server killed while this box was frozen (a snapshot, a fork) left its
   // groups frozen: thawed, what is left of the old box ends (its agent's
   // stdin is closed) instead of waiting there, and a new freeze starts clean.
-  std::vector<fs::path> parents = cgroups_.parents;
-  if (fs::path freezer = v1_freezer_parent(); !freezer.empty()) parents.push_back(freezer);
-  for (const auto& parent : parents)
+  for (const auto& parent : group_parents())
     if (thaw_left_frozen(parent / ("sandbox-" + id)))
       spdlog::warn("sandbox {}: thawed its cgroup, left frozen by a server that stopped mid-freeze", id);
   std::string why;
@@ -307,9 +311,7 @@ Owned BwrapDriver::owned() const {
     fs::path image = disks_->image(dir);
     if (fs::exists(image)) owned.disk_images.push_back(image);
   }
-  std::vector<fs::path> parents = cgroups_.parents;
-  if (fs::path freezer = v1_freezer_parent(); !freezer.empty()) parents.push_back(freezer);
-  for (const auto& parent : parents)
+  for (const auto& parent : group_parents())
     for (auto& group : entries(parent, "sandbox-")) owned.cgroups.push_back(std::move(group));
   return owned;
 }

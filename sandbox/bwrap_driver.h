@@ -64,6 +64,8 @@ class BwrapDriver final : public Driver {
   // Returns the ids its files are stored under when they are not dirs.owner.
   std::optional<std::pair<unsigned, unsigned>> prepare_dirs(const SandboxDirs& dirs, const BwrapOptions& plan);
   BwrapOptions plan_for(const SandboxDirs& dirs) const;
+  // Where sandbox-<id> cgroups live: the limit groups' parents and the v1 freezer's.
+  std::vector<std::filesystem::path> group_parents() const;
   LaunchSpec launch_spec(BwrapOptions plan, const Cgroup* cgroup) const;
 
   ManagerOptions options_;
