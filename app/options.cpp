@@ -74,7 +74,11 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
        "(default: 10% of the state filesystem's free space; 0 = none, every restore extracts its archive)")
       ("snapshot-timeout", po::value(&snapshot_timeout),
        "a snapshot or restore still running after this is stopped and fails; the workspace is kept (default 10m)")
-      ("network", po::value(&network), "none (loopback only, default) or host")
+      ("network", po::value(&network),
+       "none (loopback only, default), host (the host's network), or proxy (out only through the server's proxy, "
+       "under --network-policy)")
+      ("network-policy", po::value(&out.network_policy),
+       "with --network proxy: the JSON file of allowed and denied hosts, pinned names and secrets (docs/network.md)")
       ("conversation", po::value(&conversation), "conversation id when the host names none")
       ("record", po::value(&out.record_file), "write every message in and out to this JSON-lines file")
       ("log-level", po::value(&out.log_level), "trace, debug, info (default), warn, error, critical, off")
@@ -128,10 +132,14 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
   if (!keepalive.empty()) out.background_keepalive = parse_duration(keepalive);
   if (!shell_idle.empty()) out.shell_idle = parse_duration(shell_idle);
   if (!network.empty()) {
-    if (network != "none" && network != "host")
-      throw std::invalid_argument("--network must be none or host, not '" + network + "'");
+    if (network != "none" && network != "host" && network != "proxy")
+      throw std::invalid_argument("--network must be none, host or proxy, not '" + network + "'");
     out.network = network;
   }
+  if (out.network == "proxy" && out.network_policy.empty())
+    throw std::invalid_argument("--network proxy needs --network-policy FILE (the hosts a sandbox may reach)");
+  if (out.network != "proxy" && !out.network_policy.empty())
+    throw std::invalid_argument("--network-policy applies to --network proxy only");
   if (!conversation.empty()) out.conversation = conversation;
   if (out.max_line_bytes < 1024) throw std::invalid_argument("--max-line-bytes must be at least 1024");
   if (out.spin_us > 10'000) throw std::invalid_argument("--spin-us must be at most 10000 (10 ms)");

@@ -23,7 +23,8 @@ struct ServeOptions {
   std::chrono::milliseconds checkpoint_interval{15 * 60 * 1000};  // a busy sandbox's snapshot at most this old; 0 = never
   std::chrono::milliseconds snapshot_timeout{10 * 60 * 1000};  // one snapshot or restore at most
   std::optional<std::uint64_t> warm_cache;  // bytes of stopped workspaces kept ready; none: 10% of free space
-  std::string network = "none";  // none | host
+  std::string network = "none";  // none | host | proxy
+  std::string network_policy;    // --network proxy: the policy file
   std::optional<std::string> conversation;
   std::string record_file;
   std::string log_level = "info";

@@ -9,6 +9,8 @@
 #include "server/mcp_server.h"
 #include "server/transport.h"
 #include "contract/errors.h"
+#include "network/policy.h"
+#include "network/proxy.h"
 #include "sandbox/manager.h"
 #include "sandbox/manager_sandboxes.h"
 #include "sandbox/uid_range.h"
@@ -35,6 +37,15 @@ int serve(const std::vector<std::string>& args) {
   auto options = parse_serve_options(args);
   if (!options) return 0;
   server::setup_logging(options->log_level);
+  // A policy that does not parse stops the server here, with its sentence.
+  std::shared_ptr<const network::PolicyFile> policy;
+  if (options->network == "proxy") {
+    try {
+      policy = std::make_shared<const network::PolicyFile>(network::PolicyFile::load(options->network_policy));
+    } catch (const network::PolicyError& e) {
+      throw std::invalid_argument(e.what());
+    }
+  }
 
   // SIGTERM/SIGINT are taken by a thread of their own (sigwait) and turned into
   // an orderly stop; SIGUSR1 wakes that thread at exit. All three are blocked
@@ -56,6 +67,10 @@ int serve(const std::vector<std::string>& args) {
   sandbox::ManagerOptions sandbox_options;
   sandbox_options.state_dir = options->state_dir;
   sandbox_options.network_host = options->network == "host";
+  if (policy) {
+    sandbox_options.network_policy = policy;
+    sandbox_options.proxy = std::make_shared<network::Proxy>();  // its threads start after the mask above
+  }
   sandbox_options.idle_timeout = options->idle_timeout;
   sandbox_options.background_keepalive = options->background_keepalive;
   sandbox_options.keep_snapshots = options->keep_snapshots;

@@ -7,6 +7,7 @@
 #include "sandbox/freezer.h"
 #include "sandbox/host_dirs.h"
 #include "sandbox/limits_report.h"
+#include "sandbox/net_namespace.h"
 
 #include <spdlog/spdlog.h>
 
@@ -75,6 +76,10 @@ class BwrapBox final : public Box {
   double cpu_quota() const override { return cgroup_ ? cgroup_->cpu_quota() : 0; }
   bool limits_memory() const override { return cgroup_ && cgroup_->limits_memory(); }
   bool limits_pids() const override { return cgroup_ && cgroup_->limits_pids(); }
+  os::UniqueFd listen_inside(std::uint16_t port) override {
+    if (!client_ || !client_->alive()) throw SandboxError(codes::kSandboxFailed, "the box has ended");
+    return sandbox::listen_inside(first_inside(client_->pid()), port);
+  }
 
   std::shared_ptr<AgentClient> client_;
   int gate_ = -1;  // write end: a line releases the launcher, EOF ends it
@@ -201,6 +206,10 @@ BwrapOptions BwrapDriver::plan_for(const SandboxDirs& dirs) const {
   plan.dirs = dirs;
   plan.state_dir = options_.state_dir;
   plan.network_host = options_.network_host;
+  if (options_.proxy) {
+    plan.proxy_port = kProxyPortInside;
+    plan.secret_variables = options_.network_policy->secret_variables();
+  }
   plan.agent_binary = agent_binary_;
   plan.agent_fd = kAgentFdInBwrap;
   plan.tmpfs_bytes = options_.limits.tmpfs_bytes;
@@ -282,6 +291,7 @@ std::optional<std::pair<unsigned, unsigned>> BwrapDriver::storage_owner(const fs
   return read_disk_owner(root);
 }
 void BwrapDriver::install_clone(const fs::path& root) { disks_->install(root); }
+void BwrapDriver::flush_storage(const SandboxDirs& dirs) noexcept { flush_filesystem(dirs.root); }
 void BwrapDriver::discard_clone(const fs::path& root) noexcept { disks_->discard(root); }
 void BwrapDriver::detach_idle_storage() {
   disks_->unmount_idle(layout_.sandboxes(), [this](const std::string& id) { return layout_.lock(id); });

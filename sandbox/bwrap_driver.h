@@ -42,6 +42,7 @@ class BwrapDriver final : public Driver {
   void clone_storage(const SandboxDirs& from, const std::vector<std::filesystem::path>& to_roots,
                      const std::function<void()>& on_frozen) override;
   std::optional<std::pair<unsigned, unsigned>> storage_owner(const std::filesystem::path& root) const override;
+  void flush_storage(const SandboxDirs& dirs) noexcept override;
   void install_clone(const std::filesystem::path& root) override;
   void discard_clone(const std::filesystem::path& root) noexcept override;
   persistence::ParkedStorage& parking() override { return *parking_; }

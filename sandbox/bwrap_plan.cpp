@@ -112,11 +112,23 @@ std::vector<std::pair<std::string, std::string>> generated_etc_files(const Bwrap
 }
 
 std::vector<std::string> sandbox_environment(const BwrapOptions& o) {
-  return {
+  std::vector<std::string> env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       "HOME=/home/user", "USER=user", "LOGNAME=user", "SHELL=/bin/bash",
       "LANG=C.UTF-8", "TERM=dumb", "HOSTNAME=" + o.hostname, "TMPDIR=/tmp",
   };
+  if (o.proxy_port != 0) {
+    // Both spellings: curl reads only the lower-case http_proxy, Go and
+    // Python read either. NODE_USE_ENV_PROXY makes Node >= 24's fetch use
+    // them (older Node needs undici's EnvHttpProxyAgent: docs/network.md).
+    std::string url = "http://127.0.0.1:" + std::to_string(o.proxy_port);
+    for (const char* name : {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"})
+      env.push_back(std::string(name) + "=" + url);
+    for (const char* name : {"no_proxy", "NO_PROXY"}) env.push_back(std::string(name) + "=localhost,127.0.0.1,::1");
+    env.push_back("NODE_USE_ENV_PROXY=1");
+    for (const auto& variable : o.secret_variables) env.push_back(variable + "=agentbox-secret:" + variable);
+  }
+  return env;
 }
 
 std::string printable_command(const std::vector<std::string>& argv) {

@@ -31,6 +31,11 @@ struct BwrapOptions {
   std::filesystem::path state_dir;   // hidden if it lies under a bound host directory
   std::string hostname = "agentbox";
   bool network_host = false;         // false: new network namespace with loopback only
+  // `--network proxy`: every command gets the proxy variables (HTTP_PROXY
+  // and the rest, pointing at 127.0.0.1:proxy_port inside), and each of
+  // these variables holds its secret's placeholder ("agentbox-secret:NAME").
+  std::uint16_t proxy_port = 0;  // 0: no proxy
+  std::vector<std::string> secret_variables;
   unsigned inner_uid = 1000;         // the uid sandboxed code sees
   unsigned inner_gid = 1000;
   std::filesystem::path agent_binary;  // host path of the agent executable

@@ -293,7 +293,7 @@ void Disks::clone(const fs::path& from_dir, const std::vector<fs::path>& to_dirs
   try {
     FrozenFilesystem frozen(from_dir);  // flushed and held: the image is one consistent instant
     for (const auto& to : to_dirs) {
-      clone_file(image(from_dir), clone_of(to));
+      clone_file(image(from_dir), clone_of(to), /*sync=*/false);  // install() syncs it, the source thawed
       made.push_back(to);
     }
     if (on_frozen) on_frozen();
@@ -307,6 +307,7 @@ void Disks::install(const fs::path& sandbox_dir) const {
   fs::path img = image(sandbox_dir);
   if (access(img.c_str(), F_OK) == 0)
     throw SandboxError(codes::kInternal, "a disk image is in the way of the fork's: " + img.string());
+  sync_file(clone_of(sandbox_dir));  // on disk before a name recovery adopts points at it
   if (rename(clone_of(sandbox_dir).c_str(), img.c_str()) != 0)
     throw SandboxError(codes::kInternal, os::errno_text("cannot install the fork's disk image " + img.string(), errno));
 }

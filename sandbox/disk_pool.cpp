@@ -94,7 +94,22 @@ std::string clone_probe(const fs::path& dir) {
   return why;
 }
 
-void clone_file(const fs::path& from, const fs::path& to) {
+void sync_file(const fs::path& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw SandboxError(codes::kInternal, os::errno_text("cannot open " + path.string(), errno));
+  int rc = fsync(fd), err = errno;
+  close(fd);
+  if (rc != 0) throw SandboxError(codes::kInternal, os::errno_text("cannot sync " + path.string(), err));
+}
+
+void flush_filesystem(const fs::path& path) noexcept {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  syncfs(fd);
+  close(fd);
+}
+
+void clone_file(const fs::path& from, const fs::path& to, bool sync) {
   int in = open(from.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (in < 0) throw SandboxError(codes::kInternal, os::errno_text("cannot open " + from.string(), errno));
   int out = open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -110,7 +125,7 @@ void clone_file(const fs::path& from, const fs::path& to) {
     failed = err == EOPNOTSUPP || err == EXDEV || err == EINVAL || err == ENOTTY
                  ? "the filesystem of " + to.parent_path().string() + " cannot share blocks between files"
                  : "cannot clone " + from.string();
-  } else if (fsync(out) != 0) {
+  } else if (sync && fsync(out) != 0) {
     err = errno;
     failed = "cannot sync " + to.string();
   }

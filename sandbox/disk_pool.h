@@ -56,9 +56,16 @@ class DiskPool {
   std::string detail_;
 };
 
-// A new file `to` sharing all of `from`'s blocks (FICLONE), synced. Throws
-// SandboxError(INTERNAL) naming what failed; leaves no `to` behind.
-void clone_file(const std::filesystem::path& from, const std::filesystem::path& to);
+// A new file `to` sharing all of `from`'s blocks (FICLONE), synced unless
+// `sync` is false (a fork syncs its clones once the source runs again:
+// Disks::install). Throws SandboxError(INTERNAL) naming what failed; leaves
+// no `to` behind.
+void clone_file(const std::filesystem::path& from, const std::filesystem::path& to, bool sync = true);
+// Writes a file's data and metadata to disk (fsync). Throws SandboxError(INTERNAL).
+void sync_file(const std::filesystem::path& path);
+// Writes everything of the filesystem holding `path` (syncfs), so that a
+// freeze after it has little left to flush. Best effort.
+void flush_filesystem(const std::filesystem::path& path) noexcept;
 // Empty when files in `dir` can be cloned (a trial pair of files); else why not.
 std::string clone_probe(const std::filesystem::path& dir);
 

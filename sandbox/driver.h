@@ -14,12 +14,14 @@
 // elsewhere copies it there in export_workspace/import_workspace.
 #pragma once
 
+#include "os/unique_fd.h"
 #include "persistence/store.h"
 #include "persistence/warm.h"
 #include "sandbox/agent_client.h"
 #include "sandbox/bwrap_plan.h"
 
 #include <filesystem>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -60,6 +62,9 @@ class Box {
   virtual double cpu_quota() const = 0;
   virtual bool limits_memory() const = 0;
   virtual bool limits_pids() const = 0;
+  // A listening TCP socket on 127.0.0.1:port inside the box's network
+  // namespace, for the host's egress proxy (net_namespace.h). Throws SandboxError.
+  virtual os::UniqueFd listen_inside(std::uint16_t port) = 0;
 };
 
 // What a driver leaves on the host for its sandboxes, found by listing (not
@@ -108,6 +113,9 @@ class Driver {
   // unpacks as.
   virtual std::optional<std::pair<unsigned, unsigned>> storage_owner(const std::filesystem::path& root) const = 0;
   virtual void install_clone(const std::filesystem::path& root) = 0;
+  // Writes what the sandbox's storage holds in memory to disk, while its
+  // processes run: a freeze after it has little left to flush. Best effort.
+  virtual void flush_storage(const SandboxDirs& dirs) noexcept = 0;
   virtual void discard_clone(const std::filesystem::path& root) noexcept = 0;
   // Where a stopped sandbox's storage is kept as its warm copy
   // (persistence/warm.h; docs/design.md section 9, "Warm restore").

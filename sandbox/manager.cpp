@@ -252,11 +252,13 @@ void ManagerImpl::start_agent(ManagedSandbox& sandbox_ref) {
     box = driver_->start(sandbox->id_, sandbox->dirs_, /*held=*/false);
   }
   client = box->agent();
+  Box* started = box.get();
   {
     std::lock_guard slock(sandbox->mutex_);
     sandbox->box_ = std::move(box);
   }
   if (hello) client->await_hello(options_.start_timeout);
+  if (options_.proxy) attach_proxy(*sandbox, *started);  // stays while lifecycle_ is held
   {
     std::lock_guard slock(sandbox->mutex_);
     sandbox->previous_client_ = std::move(sandbox->client_);
@@ -307,6 +309,7 @@ void ManagerImpl::stop(ManagedSandbox& sandbox) {
     client = sandbox.client_;
     box = std::move(sandbox.box_);
   }
+  if (options_.proxy) options_.proxy->detach(sandbox.id());
   if (box) box->stop();  // its agent, then what is left in it (its cgroup)
   if (client) client->stop();  // already stopped with its box, unless a failed start replaced the box
 }

@@ -16,6 +16,8 @@
 // (manager_impl.h), and the spare made ahead is spare_pool.h's.
 #pragma once
 
+#include "network/policy.h"
+#include "network/proxy.h"
 #include "persistence/catalog.h"
 #include "persistence/store.h"
 
@@ -40,6 +42,12 @@ class ManagerImpl;
 struct ManagerOptions {
   std::filesystem::path state_dir;
   bool network_host = false;
+  // `--network proxy` (docs/design.md section 10): the box keeps loopback
+  // only, and its one way out is this proxy, listening on
+  // 127.0.0.1:kProxyPortInside inside the box, under the conversation's
+  // policy from this file. Both set, or both null.
+  std::shared_ptr<network::Proxy> proxy;
+  std::shared_ptr<const network::PolicyFile> network_policy;
   Limits limits;
   std::size_t max_sandboxes = 8;
   std::string bwrap = "/usr/bin/bwrap";
@@ -224,6 +232,12 @@ class Manager {
   const CgroupSupport& cgroups() const;
   const Disks& disks() const;
   std::size_t running() const;
+
+  // `--network proxy`: the policy in force for the conversation (null in the
+  // other modes), and what its box's proxy denied at or after `since`.
+  std::shared_ptr<const network::Policy> network_policy(const std::string& conversation) const;
+  std::vector<network::Denial> network_denials(const std::string& conversation,
+                                               std::chrono::system_clock::time_point since);
 
  private:
   std::unique_ptr<ManagerImpl> impl_;

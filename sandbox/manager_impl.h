@@ -8,6 +8,7 @@
 #include "persistence/sandbox_lock.h"
 #include "sandbox/driver.h"
 #include "sandbox/manager.h"
+#include "sandbox/net_namespace.h"
 #include "sandbox/spare_pool.h"
 
 #include <condition_variable>
@@ -89,6 +90,9 @@ class ManagerImpl {
   // (at most max_sandboxes active or starting), or null.
   std::shared_ptr<ManagedSandbox> pick_eviction_locked(const ManagedSandbox& starting);
   void stop(ManagedSandbox& sandbox);
+  // `--network proxy`: the box's listener handed to the proxy under the
+  // conversation's policy, before anything runs in it (manager_network.cpp).
+  void attach_proxy(ManagedSandbox& sandbox, Box& box);
   // Stops a sandbox picked to make room, unless a call took it in the
   // meantime (then the cap is exceeded until that call ends).
   void evict(ManagedSandbox& sandbox);

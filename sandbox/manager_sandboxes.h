@@ -24,6 +24,9 @@ class ManagerSandboxes : public Sandboxes {
                        const ProgressFn& progress) override;
   Destroyed destroy(const std::string& conversation, bool keep_snapshots) override;
   const Limits& limits() const override { return manager_->options().limits; }
+  NetworkView network(const std::string& conversation) override;
+  std::vector<network::Denial> network_denials(const std::string& conversation,
+                                               std::chrono::system_clock::time_point since) override;
 
   Manager& manager() const { return *manager_; }
 

@@ -7,6 +7,7 @@
 // own logic may implement it in the test.
 #pragma once
 
+#include "network/proxy.h"
 #include "persistence/catalog.h"
 
 #include "sandbox/agent_client.h"
@@ -100,6 +101,14 @@ struct Destroyed {
   std::size_t snapshots_kept = 0;
 };
 
+// What network_status shows (docs/design.md section 10).
+struct NetworkView {
+  std::string mode = "none";  // "none", "host" or "proxy"
+  std::string proxy;          // proxy mode: the proxy's URL inside the box
+  json policy;                // proxy mode: the conversation's policy (Policy::describe); else null
+  std::vector<network::Denial> denials;  // its box's recent denials, oldest first
+};
+
 class Sandboxes {
  public:
   virtual ~Sandboxes() = default;
@@ -132,6 +141,18 @@ class Sandboxes {
 
   // The limits the server applies itself: command timeouts, the inline cap.
   virtual const Limits& limits() const = 0;
+  // The network the conversation's sandbox has; never starts one.
+  virtual NetworkView network(const std::string& conversation) {
+    (void)conversation;
+    return {};
+  }
+  // Proxy mode: what the proxy denied the conversation's running box at or
+  // after `since` (what an exec result lists); never blocks on a start.
+  virtual std::vector<network::Denial> network_denials(const std::string& conversation,
+                                                       std::chrono::system_clock::time_point since) {
+    (void)conversation, (void)since;
+    return {};
+  }
 };
 
 }  // namespace agentbox::sandbox

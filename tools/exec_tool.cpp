@@ -32,7 +32,24 @@ std::string exec_text(const json& r) {
             json(r.value("process_id", "")).dump() + " offset " + std::to_string(r.value("next_offset", 0)) +
             " stderr_offset " + std::to_string(r.value("stderr_next_offset", 0));
   }
-  return text + "]";
+  text += "]";
+  if (r.contains("network_denied")) {
+    for (const auto& denied : r["network_denied"]) text += "\n[network denied: " + denied.value("reason", "") + "]";
+  }
+  return text;
+}
+
+// What the proxy denied the box while the command ran (docs/design.md
+// section 10, "Deny reasons"): the model sees why instead of a hang. Every
+// denial of the box in that time counts (a command running beside it in
+// another session shows up here too).
+void add_denials(json& r, sandbox::Sandboxes& sandboxes, const std::string& conversation,
+                 std::chrono::system_clock::time_point since) {
+  auto denials = sandboxes.network_denials(conversation, since);
+  if (denials.empty()) return;
+  json list = json::array();
+  for (const auto& denial : denials) list.push_back({{"host", denial.host}, {"port", denial.port}, {"reason", denial.reason}});
+  r["network_denied"] = std::move(list);
 }
 
 }  // namespace
@@ -47,7 +64,12 @@ void register_exec_tool(Registry& registry, const Services& services) {
     AgentCall call{"exec", agent_params(args), timeout + kAgentSlack, true};
     call.params["timeout_ms"] = timeout.count();
     call.params["stream"] = true;
-    call_agent(services, context, reply, std::move(call), [](const json& r) { return ToolResult::ok(r, exec_text(r)); });
+    auto started = std::chrono::system_clock::now();
+    call_agent(services, context, reply, std::move(call),
+               [sandboxes, conversation = context->conversation(), started](json r) {
+                 add_denials(r, *sandboxes, conversation, started);
+                 return ToolResult::ok(r, exec_text(r));
+               });
   });
   registry.keep_session_order("exec");
 }

@@ -8,6 +8,7 @@ void register_session_tools(Registry& registry, const Services& services);
 void register_process_tools(Registry& registry, const Services& services);
 void register_file_tools(Registry& registry, const Services& services);
 void register_snapshot_tools(Registry& registry, const Services& services);
+void register_network_tools(Registry& registry, const Services& services);
 void register_debug_tools(Registry& registry);
 
 void register_all(Registry& registry, const Services& services) {
@@ -17,6 +18,7 @@ void register_all(Registry& registry, const Services& services) {
   register_process_tools(registry, services);
   register_snapshot_tools(registry, services);
   register_file_tools(registry, services);
+  register_network_tools(registry, services);
   if (services.test_tools) register_debug_tools(registry);
 }
 

@@ -9,7 +9,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
 
 export const PACKAGE_DIR = dirname(fileURLToPath(import.meta.url));
 
@@ -99,7 +99,7 @@ class TestClient extends Client {
  * stateDir) and connects an SDK client to it. Returns {client, transport, stderr(), close()}; close() closes
  * the client, waits for the process and removes the state directory.
  */
-export async function startServer({ testTools = true, extraArgs = [], clientName = 'agentbox-sdk-tests', stateDir } = {}) {
+export async function startServer({ testTools = true, extraArgs = [], clientName = 'agentbox-sdk-tests', stateDir, env } = {}) {
   requireBinary();
   // A given stateDir is the caller's (a restarted server on the same one): kept on close.
   const state = stateDir ? { dir: stateDir, cleanup: () => {} } : tempDir('agentbox-state-');
@@ -111,6 +111,9 @@ export async function startServer({ testTools = true, extraArgs = [], clientName
     command: AGENTBOX_BIN,
     args,
     stderr: 'pipe',
+    // The SDK passes only a few variables (HOME, PATH, ...) unless told: a
+    // test that needs more (a secret for the network policy) adds them.
+    ...(env ? { env: { ...getDefaultEnvironment(), ...env } } : {}),
   });
   let stderrText = '';
   transport.stderr?.on('data', (chunk) => {

@@ -3,6 +3,7 @@
 #   agent/     the in-box program: includes only agent/, contract/, os/, rpc/
 #   contract/  what both sides of the wall agree on: only contract/, os/, rpc/
 #   os/        the OS floor: only os/
+#   network/   the egress proxy and its policy: only network/, os/
 #   sandbox/, persistence/, tools/, server/ never include agent/
 #   nothing but app/ (the composition root) includes app/
 # and no C++ source file over 600 lines. Usage: check.sh [SOURCE_DIR]
@@ -42,6 +43,7 @@ allowed() {
     agent) [[ "$to" =~ ^(contract|os|rpc)$ ]] ;;
     contract) [[ "$to" =~ ^(os|rpc)$ ]] ;;
     os) return 1 ;;
+    network) [[ "$to" == os ]] ;;
     sandbox | persistence | tools | server) [[ "$to" != agent && "$to" != app ]] ;;
     app) return 0 ;;
     *) [[ "$to" != app ]] ;;  # tests/, bench/: anything but the composition root

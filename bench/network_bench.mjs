@@ -1,0 +1,126 @@
+#!/usr/bin/env node
+// The egress proxy's cost (docs/network.md), measured through the real
+// server and a real box, as ratios against the same requests made directly
+// on the host's loopback in the same run, interleaved:
+//   1. throughput: a 100 MB body (curl to /dev/null) through the proxy from
+//      inside a box vs curl on the host straight to the origin;
+//   2. latency: the p50 of 50 small GETs (curl's time_total) through the
+//      proxy vs direct;
+// both for plain HTTP and for HTTPS through a CONNECT tunnel (the origin's
+// certificate from a test CA made with openssl here).
+// Usage: node bench/network_bench.mjs [--bin build/agentbox] [--mb 100] [--rounds 3] [--json]
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttp } from 'node:http';
+import { createServer as createHttps } from 'node:https';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const sdk = createRequire(join(ROOT, 'tests/clients/package.json'));
+const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
+const { StdioClientTransport } = sdk('@modelcontextprotocol/sdk/client/stdio.js');
+
+function option(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+}
+const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
+const MB = Number(option('mb', 100));
+const ROUNDS = Number(option('rounds', 3));
+const JSON_OUT = process.argv.includes('--json');
+const median = (v) => {
+  const s = [...v].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
+
+const work = mkdtempSync(join(tmpdir(), 'agentbox-netbench-'));
+const openssl = (...args) => execFileSync('openssl', args, { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
+openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=bench CA');
+openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'origin.key', '-out', 'origin.csr', '-subj', '/CN=origin.test');
+writeFileSync(join(work, 'san.ext'), 'subjectAltName=DNS:origin.test\n');
+openssl('x509', '-req', '-in', 'origin.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'origin.pem', '-days', '2', '-extfile', 'san.ext');
+
+const chunk = Buffer.alloc(1 << 20, 'x');
+function handler(req, res) {
+  if (req.url === '/big') {
+    res.writeHead(200, { 'Content-Length': MB * chunk.length });
+    let left = MB;
+    const pump = () => {
+      while (left > 0) {
+        left--;
+        if (!res.write(chunk)) return res.once('drain', pump);
+      }
+      res.end();
+    };
+    return pump();
+  }
+  res.end('ok');
+}
+const listen = (server) => new Promise((ok) => server.listen(0, '127.0.0.1', () => ok(server.address().port)));
+const http = createHttp(handler);
+const https = createHttps({ key: readFileSync(join(work, 'origin.key')), cert: readFileSync(join(work, 'origin.pem')) }, handler);
+const httpPort = await listen(http);
+const httpsPort = await listen(https);
+
+writeFileSync(join(work, 'policy.json'), JSON.stringify({
+  allow: [`origin.test:${httpPort}`, `origin.test:${httpsPort}`],
+  resolve: { 'origin.test': '127.0.0.1' },
+}));
+const transport = new StdioClientTransport({
+  command: BIN,
+  args: ['serve', '--state-dir', join(work, 'state'), '--network', 'proxy', '--network-policy', join(work, 'policy.json')],
+  stderr: 'pipe',
+});
+const client = new Client({ name: 'network-bench', version: '0' }, { capabilities: {} });
+await client.connect(transport);
+await client.listTools();
+async function inBox(command) {
+  const r = await client.callTool({ name: 'exec', arguments: { command, timeout_ms: 300_000 } }, undefined, { timeout: 300_000 });
+  if (r.isError || r.structuredContent.exit_code !== 0) throw new Error(`exec failed: ${r.content[0].text}`);
+  return r.structuredContent.stdout;
+}
+// The CA file goes into the box through the workspace (the box cannot read the host's /tmp).
+await client.callTool({ name: 'file_write', arguments: { path: '/workspace/ca.pem', content: readFileSync(join(work, 'ca.pem'), 'utf8') } });
+
+const curlBig = (url, direct) =>
+  `curl -sS --cacert ${direct ? join(work, 'ca.pem') : '/workspace/ca.pem'} ${direct ? `--resolve origin.test:${new URL(url).port}:127.0.0.1` : ''} -o /dev/null -w '%{speed_download}' ${url}`;
+const curlSmall = (url, direct) =>
+  `for i in $(seq 50); do curl -sS --cacert ${direct ? join(work, 'ca.pem') : '/workspace/ca.pem'} ${direct ? `--resolve origin.test:${new URL(url).port}:127.0.0.1` : ''} -o /dev/null -w '%{time_total}\\n' ${url}; done`;
+const host = (command) => execFileSync('bash', ['-c', command], { encoding: 'utf8', env: { PATH: process.env.PATH } });
+
+const results = {};
+for (const [scheme, port] of [['http', httpPort], ['https', httpsPort]]) {
+  const big = `${scheme}://origin.test:${port}/big`;
+  const small = `${scheme}://origin.test:${port}/small`;
+  const proxied = [], direct = [], proxiedMs = [], directMs = [];
+  for (let round_ = 0; round_ < ROUNDS; round_++) {
+    direct.push(Number(host(curlBig(big, true))));
+    proxied.push(Number(await inBox(curlBig(big, false))));
+    directMs.push(...host(curlSmall(small, true)).trim().split('\n').map((s) => Number(s) * 1000));
+    proxiedMs.push(...(await inBox(curlSmall(small, false))).trim().split('\n').map((s) => Number(s) * 1000));
+  }
+  results[scheme] = {
+    direct_mb_s: round(median(direct) / 1e6, 1),
+    proxy_mb_s: round(median(proxied) / 1e6, 1),
+    throughput_ratio: round(median(proxied) / median(direct)),
+    direct_p50_ms: round(median(directMs), 3),
+    proxy_p50_ms: round(median(proxiedMs), 3),
+    added_p50_ms: round(median(proxiedMs) - median(directMs), 3),
+  };
+}
+await client.close();
+http.close();
+https.close();
+rmSync(work, { recursive: true, force: true });
+if (JSON_OUT) {
+  console.log(JSON.stringify({ mb: MB, rounds: ROUNDS, ...results }));
+} else {
+  for (const [scheme, r] of Object.entries(results))
+    console.log(`${scheme}: ${MB} MB direct ${r.direct_mb_s} MB/s, through the proxy ${r.proxy_mb_s} MB/s (${r.throughput_ratio}x; target >= 0.8); ` +
+      `small GET p50 direct ${r.direct_p50_ms} ms, proxy ${r.proxy_p50_ms} ms (+${r.added_p50_ms} ms; target <= 1)`);
+}
+process.exit(0);

@@ -1,0 +1,174 @@
+// The egress proxy (proxy.h): one I/O thread, a coroutine per connection.
+// Beast parses and writes HTTP; the first TLS record of a tunnel is read by
+// OpenSSL (tls_hello.h); everything else is bytes moved.
+#include "network/proxy.h"
+
+#include "network/proxy_io.h"
+#include "network/tls_hello.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
+
+namespace agentbox::network {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+constexpr std::size_t kKeptDenials = 64;
+constexpr std::size_t kMaxConnections = 256;  // per sandbox
+}  // namespace
+
+struct Proxy::Impl {
+  struct Box {
+    std::shared_ptr<const Policy> policy;
+    std::shared_ptr<tcp::acceptor> acceptor;
+    std::set<std::shared_ptr<boost::beast::tcp_stream>> connections;  // touched on the I/O thread only
+    std::uint64_t generation = 0;
+  };
+
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::thread thread;
+  std::map<std::string, Box> boxes;  // I/O thread only
+  std::uint64_t generations = 0;     // I/O thread only
+  mutable std::mutex denials_mutex;
+  std::map<std::string, std::deque<Denial>> denials;
+
+  void deny(const std::string& sandbox, const std::string& host, std::uint16_t port, const std::string& reason) {
+    spdlog::info("sandbox {}: network denied {}:{}: {}", sandbox, host, port, reason);
+    std::lock_guard lock(denials_mutex);
+    auto& list = denials[sandbox];
+    list.push_back({host, port, reason, std::chrono::system_clock::now()});
+    while (list.size() > kKeptDenials) list.pop_front();
+  }
+
+  asio::awaitable<void> accept_loop(std::string sandbox, std::shared_ptr<tcp::acceptor> acceptor,
+                                    std::uint64_t generation);
+  void close_box(Box& box) {
+    boost::system::error_code ec;
+    if (box.acceptor) box.acceptor->close(ec);
+    for (const auto& stream : box.connections) stream->socket().close(ec);
+    box.connections.clear();
+  }
+};
+
+asio::awaitable<void> Proxy::Impl::accept_loop(std::string sandbox, std::shared_ptr<tcp::acceptor> acceptor,
+                                               std::uint64_t generation) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::as_tuple(asio::use_awaitable));
+    auto found = boxes.find(sandbox);
+    if (found == boxes.end() || found->second.generation != generation) co_return;  // detached or replaced
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      spdlog::warn("sandbox {}: proxy accept failed: {}", sandbox, ec.message());
+      continue;
+    }
+    Box& box = found->second;
+    if (box.connections.size() >= kMaxConnections) {
+      deny(sandbox, "", 0, "more than 256 connections open through the proxy at once; this one was refused");
+      continue;  // the socket closes as it goes out of scope
+    }
+    auto shared = std::make_shared<boost::beast::tcp_stream>(std::move(socket));
+    box.connections.insert(shared);
+    Session session{sandbox, box.policy,
+                    [this](const std::string& s, const std::string& h, std::uint16_t p, const std::string& r) {
+                      deny(s, h, p, r);
+                    }};
+    asio::co_spawn(io, serve_connection(std::move(session), shared),
+                   [this, sandbox, generation, shared](std::exception_ptr failure) {
+                     if (failure) {
+                       try {
+                         std::rethrow_exception(failure);
+                       } catch (const std::exception& e) {
+                         spdlog::debug("sandbox {}: proxy connection ended: {}", sandbox, e.what());
+                       }
+                     }
+                     auto it = boxes.find(sandbox);
+                     if (it != boxes.end() && it->second.generation == generation) it->second.connections.erase(shared);
+                   });
+  }
+}
+
+Proxy::Proxy() : impl_(std::make_unique<Impl>()) {
+  impl_->thread = std::thread([io = &impl_->io] {
+    for (;;) {
+      try {
+        io->run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("egress proxy: {}", e.what());  // a handler's failure ends that connection, not the proxy
+      }
+    }
+  });
+}
+
+Proxy::~Proxy() {
+  asio::post(impl_->io, [impl = impl_.get()] {
+    for (auto& [id, box] : impl->boxes) impl->close_box(box);
+    impl->boxes.clear();
+    impl->work.reset();
+  });
+  impl_->thread.join();
+  // Handlers that never ran hold sockets; they go with the io_context.
+}
+
+void Proxy::attach(const std::string& sandbox, int listener_fd, std::shared_ptr<const Policy> policy) {
+  auto acceptor = std::make_shared<tcp::acceptor>(impl_->io);
+  boost::system::error_code ec;
+  acceptor->assign(tcp::v4(), listener_fd, ec);
+  if (ec) {
+    ::close(listener_fd);
+    throw std::runtime_error("the proxy cannot take the box's listener: " + ec.message());
+  }
+  std::promise<void> done;
+  asio::post(impl_->io, [this, sandbox, acceptor, policy = std::move(policy), &done]() mutable {
+    Impl::Box& box = impl_->boxes[sandbox];
+    impl_->close_box(box);
+    box.policy = std::move(policy);
+    box.acceptor = acceptor;
+    box.generation = ++impl_->generations;
+    asio::co_spawn(impl_->io, impl_->accept_loop(sandbox, acceptor, box.generation), asio::detached);
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+void Proxy::detach(const std::string& sandbox) {
+  std::promise<void> done;
+  asio::post(impl_->io, [this, sandbox, &done] {
+    if (auto found = impl_->boxes.find(sandbox); found != impl_->boxes.end()) {
+      impl_->close_box(found->second);
+      impl_->boxes.erase(found);
+    }
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+std::vector<Denial> Proxy::denials(const std::string& sandbox, std::chrono::system_clock::time_point since) const {
+  std::lock_guard lock(impl_->denials_mutex);
+  std::vector<Denial> out;
+  auto found = impl_->denials.find(sandbox);
+  if (found == impl_->denials.end()) return out;
+  for (const auto& denial : found->second)
+    if (denial.at >= since) out.push_back(denial);
+  return out;
+}
+
+}  // namespace agentbox::network

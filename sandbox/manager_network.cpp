@@ -1,0 +1,51 @@
+// `--network proxy` (docs/design.md section 10): each box's listener goes to
+// the server's proxy under its conversation's policy when the box starts,
+// and comes off when it stops.
+#include "sandbox/manager_impl.h"
+#include "sandbox/manager_sandboxes.h"
+
+#include <spdlog/spdlog.h>
+
+namespace agentbox::sandbox {
+
+void ManagerImpl::attach_proxy(ManagedSandbox& sandbox, Box& box) {
+  auto policy = options_.network_policy->for_conversation(sandbox.conversation());
+  os::UniqueFd listener = box.listen_inside(kProxyPortInside);
+  options_.proxy->attach(sandbox.id(), listener.release(), std::move(policy));
+  spdlog::debug("sandbox {}: egress proxy on 127.0.0.1:{} inside", sandbox.id(), kProxyPortInside);
+}
+
+std::shared_ptr<const network::Policy> Manager::network_policy(const std::string& conversation) const {
+  if (!impl_->options_.network_policy) return nullptr;
+  return impl_->options_.network_policy->for_conversation(conversation);
+}
+
+std::vector<network::Denial> Manager::network_denials(const std::string& conversation,
+                                                      std::chrono::system_clock::time_point since) {
+  if (!impl_->options_.proxy) return {};
+  std::string id;
+  if (auto running = impl_->find(conversation)) id = running->id();
+  else if (auto record = impl_->catalog_->find_by_conversation(conversation)) id = record->id;
+  if (id.empty()) return {};
+  return impl_->options_.proxy->denials(id, since);
+}
+
+NetworkView ManagerSandboxes::network(const std::string& conversation) {
+  NetworkView view;
+  const auto& options = manager_->options();
+  if (options.network_host) view.mode = "host";
+  if (auto policy = manager_->network_policy(conversation)) {
+    view.mode = "proxy";
+    view.proxy = "http://127.0.0.1:" + std::to_string(kProxyPortInside);
+    view.policy = policy->describe();
+    view.denials = manager_->network_denials(conversation, {});
+  }
+  return view;
+}
+
+std::vector<network::Denial> ManagerSandboxes::network_denials(const std::string& conversation,
+                                                               std::chrono::system_clock::time_point since) {
+  return manager_->network_denials(conversation, since);
+}
+
+}  // namespace agentbox::sandbox

@@ -1,0 +1,105 @@
+// `--network proxy` (docs/network.md) through the official MCP SDK client
+// after listTools (results checked against the output schemas), against the
+// real server, real sandboxes and a real HTTP origin on the host's loopback
+// reached through the policy's `resolve`: an allowed host answers, a denied
+// one gets 403 and the exec result says why (network_denied), network_status
+// shows the policy and the denial, the secret reaches its host only and the
+// box holds only its placeholder, and a bad policy stops the server with a
+// sentence.
+import { test as baseTest } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { AGENTBOX_BIN, startServer, tail, tempDir } from './helpers.mjs';
+
+const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
+const CALL = { timeout: 60_000 };
+
+async function origin(t) {
+  const server = createServer((req, res) => {
+    res.end(`origin saw ${req.url} auth=${req.headers.authorization ?? 'none'}`);
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  t.after(() => server.close());
+  return server.address().port;
+}
+
+function policyFile(t, policy) {
+  const dir = tempDir('agentbox-policy-');
+  t.after(dir.cleanup);
+  const path = join(dir.dir, 'policy.json');
+  writeFileSync(path, JSON.stringify(policy));
+  return path;
+}
+
+async function serve(t, port) {
+  const path = policyFile(t, {
+    allow: [`origin.test:${port}`, `secret.test:${port}`],
+    resolve: { 'origin.test': '127.0.0.1', 'secret.test': '127.0.0.1' },
+    secrets: [{ host: 'secret.test', header: 'Authorization', value_from_env: 'AGENTBOX_TEST_TOKEN', format: 'Bearer {}' }],
+  });
+  const server = await startServer({
+    testTools: false,
+    extraArgs: ['--network', 'proxy', '--network-policy', path],
+    env: { AGENTBOX_TEST_TOKEN: 'tok-123' },
+  });
+  t.after(() => server.close());
+  const tools = await server.client.listTools();
+  assert.ok(tools.tools.some((tool) => tool.name === 'network_status'), 'network_status is listed');
+  return server;
+}
+
+async function call(server, name, args = {}) {
+  const r = await server.client.callTool({ name, arguments: args }, undefined, CALL);
+  assert.ok(!r.isError, `${name} ${JSON.stringify(args)}: ${r.content?.[0]?.text}\n${tail(server.stderr())}`);
+  return r;
+}
+
+test('allowed hosts answer, denied ones say why, secrets stay outside the box', async (t) => {
+  const port = await origin(t);
+  const server = await serve(t, port);
+  let r = await call(server, 'exec', { command: `curl -sS http://origin.test:${port}/hi` });
+  assert.equal(r.structuredContent.stdout, 'origin saw /hi auth=none');
+  assert.equal(r.structuredContent.network_denied, undefined);
+
+  r = await call(server, 'exec', { command: 'curl -sS -o /dev/null -w "%{http_code}" https://blocked.test/' });
+  assert.deepEqual(
+    r.structuredContent.network_denied.map((d) => [d.host, d.port]),
+    [['blocked.test', 443]],
+  );
+  assert.match(r.structuredContent.network_denied[0].reason, /blocked\.test/);
+  assert.match(r.content[0].text, /network denied: .*blocked\.test/);
+
+  r = await call(server, 'exec', { command: `curl -sS http://secret.test:${port}/; echo; echo "$AGENTBOX_TEST_TOKEN"; env | grep -c tok-123` });
+  assert.equal(r.structuredContent.stdout, 'origin saw / auth=Bearer tok-123\nagentbox-secret:AGENTBOX_TEST_TOKEN\n0\n');
+
+  r = await call(server, 'network_status');
+  const status = r.structuredContent;
+  assert.equal(status.mode, 'proxy');
+  assert.equal(status.proxy, 'http://127.0.0.1:3128');
+  assert.deepEqual(status.policy.allow, [`origin.test:${port}`, `secret.test:${port}`]);
+  assert.ok(!JSON.stringify(status).includes('tok-123'), 'the secret value never shows');
+  assert.ok(status.denied.some((d) => d.host === 'blocked.test' && d.port === 443 && d.at.endsWith('Z')));
+});
+
+test('network_status without the proxy says there is no network', async (t) => {
+  const server = await startServer({ testTools: false });
+  t.after(() => server.close());
+  await server.client.listTools();
+  const r = await call(server, 'network_status');
+  assert.equal(r.structuredContent.mode, 'none');
+  assert.deepEqual(r.structuredContent.denied, []);
+});
+
+test('a policy that does not parse stops the server with a sentence', (t) => {
+  const path = policyFile(t, { allow: ['*.'] });
+  const run = spawnSync(AGENTBOX_BIN, ['serve', '--network', 'proxy', '--network-policy', path], { input: '', encoding: 'utf8' });
+  assert.equal(run.status, 2, run.stderr);
+  assert.match(run.stderr, /policy .*allow\[0\]/);
+  const missing = spawnSync(AGENTBOX_BIN, ['serve', '--network', 'proxy'], { input: '', encoding: 'utf8' });
+  assert.equal(missing.status, 2);
+  assert.match(missing.stderr, /--network-policy/);
+});

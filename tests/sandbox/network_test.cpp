@@ -1,0 +1,140 @@
+// `--network proxy` through the real manager and real boxes (docs/design.md
+// section 10): inside the box the proxy variables point at 127.0.0.1:3128,
+// which is the server's proxy (made in the box's namespace, net_namespace.h);
+// an allowed host is reached, a denied one gets 403 and shows up in the
+// box's denials, and there is no other way out: no route, no DNS, no UDP.
+#include "fixture.h"
+
+#include "network/policy.h"
+#include "network/proxy.h"
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace agentbox;
+using namespace agentbox::sandbox;
+using namespace agentbox::sandbox::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A plain HTTP origin on the host's loopback: answers every GET with
+// "origin saw <path> auth=<Authorization header>".
+class Origin {
+ public:
+  Origin() {
+    char tmpl[] = "/tmp/agentbox-origin-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::ofstream(dir_ / "origin.py") << R"(import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("origin saw %s auth=%s" % (self.path, self.headers.get("Authorization"))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+)";
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      execlp("python3", "python3", (dir_ / "origin.py").c_str(), nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* in = fdopen(out[0], "r");
+    REQUIRE(in);
+    int port = 0;
+    if (std::fscanf(in, "%d", &port) != 1) FAIL("the python3 origin did not start (is python3 installed?)");
+    std::fclose(in);
+    port_ = port;
+  }
+  ~Origin() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  int port() const { return port_; }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+ManagerOptions proxy_options(int origin_port, ManagerOptions::Spare spare = ManagerOptions::Spare::Prepared) {
+  json policy = {
+      {"allow", {"origin.test:" + std::to_string(origin_port), "secret.test:" + std::to_string(origin_port)}},
+      {"deny", {"169.254.169.254"}},
+      {"resolve", {{"origin.test", "127.0.0.1"}, {"secret.test", "127.0.0.1"}}},
+      {"secrets", {{{"host", "secret.test"}, {"header", "Authorization"}, {"value_from_env", "TEST_TOKEN"},
+                    {"format", "Bearer {}"}}}}};
+  ManagerOptions o;
+  o.spare = spare;
+  o.proxy = std::make_shared<network::Proxy>();
+  o.network_policy = std::make_shared<const network::PolicyFile>(network::PolicyFile::parse(
+      policy, "test policy", [](const std::string& name) -> std::optional<std::string> {
+        if (name == "TEST_TOKEN") return "s3cr3t-value";
+        return std::nullopt;
+      }));
+  return o;
+}
+
+std::string out(SandboxFixture& f, const std::string& command) { return f.exec(command)["stdout"]; }
+
+}  // namespace
+
+TEST_CASE("a box in proxy mode reaches allowed hosts through the proxy and nothing else") {
+  std::string why;
+  if (!sandboxes_supported(why)) FAIL(why);
+  Origin origin;
+  std::string port = std::to_string(origin.port());
+  auto spare = GENERATE(ManagerOptions::Spare::None, ManagerOptions::Spare::Prepared, ManagerOptions::Spare::Warm);
+  SandboxFixture f(proxy_options(origin.port(), spare));
+
+  CHECK(out(f, "echo $HTTP_PROXY $https_proxy") == "http://127.0.0.1:3128 http://127.0.0.1:3128\n");
+  CHECK(out(f, "echo $TEST_TOKEN") == "agentbox-secret:TEST_TOKEN\n");
+  CHECK(out(f, "curl -sS http://origin.test:" + port + "/hello") == "origin saw /hello auth=None");
+
+  auto before = std::chrono::system_clock::now() - std::chrono::seconds(1);
+  json denied = f.exec("curl -sS -w ' %{http_code}' http://denied.test/");
+  CHECK(denied["stdout"].get<std::string>().find("denied.test") != std::string::npos);
+  CHECK(denied["stdout"].get<std::string>().find(" 403") != std::string::npos);
+  auto denials = f.manager->network_denials("test", before);
+  REQUIRE(denials.size() == 1);
+  CHECK(denials[0].host == "denied.test");
+  CHECK(denials[0].port == 80);
+  CHECK(denials[0].reason.find("denied.test") != std::string::npos);
+
+  // The secret goes to its host only, and the box only ever holds the placeholder.
+  CHECK(out(f, "curl -sS http://secret.test:" + port + "/") == "origin saw / auth=Bearer s3cr3t-value");
+  CHECK(out(f, "curl -sS -H \"Authorization: $TEST_TOKEN\" http://origin.test:" + port + "/") ==
+        "origin saw / auth=agentbox-secret:TEST_TOKEN");
+
+  // No other way out: the host's loopback is not the box's, no route, no DNS, no UDP.
+  CHECK(f.exec("curl -sS --noproxy '*' -m 5 http://127.0.0.1:" + port + "/")["exit_code"] != 0);
+  CHECK(f.exec("curl -sS --noproxy '*' -m 5 http://192.0.2.1/")["exit_code"] != 0);
+  CHECK(f.exec("getent hosts origin.test")["exit_code"] != 0);
+  CHECK(f.exec("echo x > /dev/udp/192.0.2.1/53")["exit_code"] != 0);
+}
+
+TEST_CASE("the proxy comes back with the box after an idle teardown and restore") {
+  std::string why;
+  if (!sandboxes_supported(why)) FAIL(why);
+  Origin origin;
+  std::string port = std::to_string(origin.port());
+  SandboxFixture f(proxy_options(origin.port(), ManagerOptions::Spare::None));
+  std::string url = "curl -sS http://origin.test:" + port + "/again";
+  REQUIRE(out(f, url) == "origin saw /again auth=None");
+  REQUIRE(f.manager->teardown("test"));
+  CHECK(out(f, url) == "origin saw /again auth=None");
+}
