@@ -104,14 +104,15 @@ class Disks {
   std::string unpark(const std::filesystem::path& sandbox_dir, const std::string& stamp) const;
   std::filesystem::path parked_image(const std::filesystem::path& sandbox_dir) const;
   // Forks made now (docs/design.md section 9, "Fork"; disk_pool.h): empty
-  // when images can be cloned, else why not. clone() freezes the mounted
-  // filesystem of from_dir (FIFREEZE: one instant, flushed) and clones its
-  // image once for each of to_dirs as <id>.clone, which nothing mounts or
+  // when images can be cloned, else why not. clone() writes out the mounted
+  // filesystem of from_dir (syncfs; the caller holds its writers frozen:
+  // one instant, crash-consistent) and clones its image once for each of
+  // to_dirs as <id>.clone (unsynced: install() syncs it), which nothing mounts or
   // adopts (a start removes any a crash left); install() renames one to
   // <id>.img, a sandbox's disk like any other from then on; discard()
   // removes one. All throw SandboxError.
   std::string clone_why() const;
-  // on_frozen (tests): called once the clones are made, still frozen.
+  // on_frozen (tests): called once the clones are made.
   void clone(const std::filesystem::path& from_dir, const std::vector<std::filesystem::path>& to_dirs,
              const std::function<void()>& on_frozen = {}) const;
   void install(const std::filesystem::path& sandbox_dir) const;

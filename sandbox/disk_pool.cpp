@@ -109,6 +109,14 @@ void flush_filesystem(const fs::path& path) noexcept {
   close(fd);
 }
 
+void sync_filesystem(const fs::path& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw SandboxError(codes::kInternal, os::errno_text("cannot open " + path.string(), errno));
+  int rc = syncfs(fd), err = errno;
+  close(fd);
+  if (rc != 0) throw SandboxError(codes::kInternal, os::errno_text("cannot write out the filesystem on " + path.string(), err));
+}
+
 void clone_file(const fs::path& from, const fs::path& to, bool sync) {
   int in = open(from.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (in < 0) throw SandboxError(codes::kInternal, os::errno_text("cannot open " + from.string(), errno));
@@ -231,23 +239,6 @@ void DiskPool::make(const fs::path& pool) const {
                        sized ? "mkfs.btrfs " + temp.string() + " failed (" + std::to_string(rc) + "): " + out
                              : "cannot size " + temp.string());
   }
-}
-
-FrozenFilesystem::FrozenFilesystem(const fs::path& mount_point) {
-  fd_ = open(mount_point.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) throw SandboxError(codes::kInternal, os::errno_text("cannot open " + mount_point.string(), errno));
-  if (ioctl(fd_, FIFREEZE, 0) != 0) {
-    int err = errno;
-    close(fd_);
-    fd_ = -1;
-    throw SandboxError(codes::kInternal, os::errno_text("cannot freeze the filesystem on " + mount_point.string(), err));
-  }
-}
-
-FrozenFilesystem::~FrozenFilesystem() {
-  if (fd_ < 0) return;
-  if (ioctl(fd_, FITHAW, 0) != 0) spdlog::error("{}", os::errno_text("cannot thaw a sandbox's filesystem", errno));
-  close(fd_);
 }
 
 void thaw_filesystem(const fs::path& mount_point) noexcept {

@@ -66,24 +66,13 @@ void sync_file(const std::filesystem::path& path);
 // Writes everything of the filesystem holding `path` (syncfs), so that a
 // freeze after it has little left to flush. Best effort.
 void flush_filesystem(const std::filesystem::path& path) noexcept;
+// The same, for a clone: throws SandboxError(INTERNAL) when it fails.
+void sync_filesystem(const std::filesystem::path& path);
 // Empty when files in `dir` can be cloned (a trial pair of files); else why not.
 std::string clone_probe(const std::filesystem::path& dir);
 
-// A filesystem frozen (FIFREEZE: its dirty data written, its journal clean,
-// every writer held) for this object's life, so the file under it is one
-// consistent instant. Throws SandboxError when it cannot freeze.
-class FrozenFilesystem {
- public:
-  explicit FrozenFilesystem(const std::filesystem::path& mount_point);
-  ~FrozenFilesystem();
-  FrozenFilesystem(const FrozenFilesystem&) = delete;
-  FrozenFilesystem& operator=(const FrozenFilesystem&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
-// Thaws a filesystem a crashed server left frozen; nothing if it is not.
+// Thaws a filesystem a server of an earlier version (which froze it with
+// FIFREEZE to clone it) left frozen when it crashed; nothing if it is not.
 void thaw_filesystem(const std::filesystem::path& mount_point) noexcept;
 
 }  // namespace agentbox::sandbox

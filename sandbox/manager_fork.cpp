@@ -167,10 +167,9 @@ ForkResult ManagerImpl::fork_by_clone(const std::string& conversation, const std
                  source.id(), result.taken.frozen ? result.taken.frozen->count() : -1);
     result.forks.push_back(fork);
   }
-  spdlog::debug("fork of {}: sessions saved and storage flushed in {} ms, frozen {} ms, installed and recorded in {} ms", source.id(),
-                std::chrono::duration_cast<std::chrono::milliseconds>(flushed - start).count(),
-                std::chrono::duration_cast<std::chrono::milliseconds>(thawed - flushed).count(),
-                ms_since(thawed));
+  spdlog::info("fork of {}: sessions saved and storage flushed in {} ms, then frozen {} ms; installed and recorded in {} ms",
+               source.id(), std::chrono::duration_cast<std::chrono::milliseconds>(flushed - start).count(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(thawed - flushed).count(), ms_since(thawed));
   return result;
 }
 
