@@ -63,8 +63,9 @@ class DiskPool {
 void clone_file(const std::filesystem::path& from, const std::filesystem::path& to, bool sync = true);
 // Writes a file's data and metadata to disk (fsync). Throws SandboxError(INTERNAL).
 void sync_file(const std::filesystem::path& path);
-// Writes everything of the filesystem holding `path` (syncfs), so that a
-// freeze after it has little left to flush. Best effort.
+// Writes everything of the filesystem holding `path` (syncfs) and, on ext4,
+// checkpoints its journal, so that a freeze after it has little left to
+// write and a clone little to replay. Best effort.
 void flush_filesystem(const std::filesystem::path& path) noexcept;
 // The same, for a clone: throws SandboxError(INTERNAL) when it fails.
 void sync_filesystem(const std::filesystem::path& path);
