@@ -4,24 +4,18 @@
 // bodies stream through a fixed buffer, and anything the proxy does not
 // understand ends in a 4xx or a closed connection, never a throw.
 #include "network/proxy_io.h"
-#include "network/tls_hello.h"
 
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 
-#include <atomic>
+#include <array>
 #include <charconv>
-#include <optional>
+#include <set>
 #include <vector>
 
 namespace agentbox::network {
@@ -31,24 +25,21 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
-using namespace asio::experimental::awaitable_operators;
-constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kBodyChunk = 256 * 1024;
-constexpr std::size_t kHelloLimit = 16 * 1024 + 5;  // one TLS record
-constexpr auto kRequestWait = 120s;   // for the next request on a kept-alive connection
+// Beast sizes each read by the dynamic buffer's free capacity (at least 512
+// bytes, at most 64 KiB): a buffer left at the header's size reads a body
+// 512 bytes per system call, ten times slower than a direct download.
+constexpr std::size_t kReadReserve = 64 * 1024;
+constexpr auto kRequestWait = 120s;  // for the next request on a kept-alive connection
 constexpr auto kConnectWait = 10s;
-constexpr auto kIoWait = 300s;        // any single read or write of a request or response
-constexpr auto kTunnelIdle = 600s;
-
-struct Target {
-  std::string host;  // as written, brackets removed
-  std::uint16_t port = 0;
-  std::string path;  // origin form
-};
+constexpr auto kIoWait = 300s;       // any single read or write of a request or response
+constexpr auto kLinger = 2s;
+constexpr std::size_t kLingerLimit = 1 << 20;
 
 std::optional<std::uint16_t> parse_port(std::string_view text) {
   unsigned value = 0;
@@ -57,7 +48,233 @@ std::optional<std::uint16_t> parse_port(std::string_view text) {
   return static_cast<std::uint16_t>(value);
 }
 
-// "host", "host:port", "[v6]", "[v6]:port".
+std::string lower_case(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool starts_with_http(std::string_view target) {
+  constexpr std::string_view scheme = "http://";
+  return target.size() >= scheme.size() && beast::iequals(target.substr(0, scheme.size()), scheme);
+}
+
+// An absolute-form target, "http://host[:port]/path?query".
+std::optional<Target> absolute_target(std::string_view target) {
+  if (!starts_with_http(target)) return std::nullopt;
+  auto rest = target.substr(std::string_view("http://").size());
+  auto end = rest.find_first_of("/?#");
+  auto t = split_authority(rest.substr(0, end), 80);
+  if (!t) return std::nullopt;
+  std::string_view path = end == std::string_view::npos ? "/" : rest.substr(end);
+  if (auto hash = path.find('#'); hash != std::string_view::npos) path = path.substr(0, hash);
+  t->path = path.empty() || path.front() != '/' ? "/" + std::string(path) : std::string(path);
+  return t;
+}
+
+// The 400's sentence for a request that is not in absolute form.
+std::string not_absolute(std::string_view target) {
+  const std::string shown(target.substr(0, 200));
+  if (starts_with_http(target))
+    return "agentbox network proxy: the URL '" + shown +
+           "' does not name a host[:port] the proxy can use (no user:password@, IPv6 in brackets)";
+  return "agentbox network proxy: this is a proxy; send requests to it as to a proxy (an absolute http://host/path "
+         "URL, as curl -x and HTTP_PROXY do), or CONNECT host:port for HTTPS; this request's target is '" + shown + "'";
+}
+
+// The Host field for a target: "host" on port 80, else "host:port".
+std::string host_field(const Target& t) {
+  std::string text = where(t);
+  if (t.port == 80) text.resize(text.size() - std::string_view(":80").size());
+  return text;
+}
+
+// Removes the hop-by-hop headers (RFC 9110 section 7.6.1) and the proxy's
+// own. A Connection header may name others, but never the ones that frame
+// the message or name its host: the proxy relies on those.
+template <class Fields>
+void drop_hop_by_hop(Fields& fields) {
+  std::vector<std::string> listed;
+  for (auto it = fields.find(http::field::connection); it != fields.end() && it->name() == http::field::connection; ++it) {
+    std::string_view value = it->value();
+    while (!value.empty()) {
+      auto comma = value.find(',');
+      std::string_view token = value.substr(0, comma);
+      value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      if (!token.empty()) listed.emplace_back(token);
+    }
+  }
+  for (const auto& name : listed)
+    if (!beast::iequals(name, "content-length") && !beast::iequals(name, "transfer-encoding") &&
+        !beast::iequals(name, "host"))
+      fields.erase(name);
+  for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_authorization,
+                     http::field::proxy_connection, http::field::te, http::field::trailer, http::field::upgrade,
+                     http::field::proxy_authenticate})
+    fields.erase(field);
+}
+
+// The secret of this host (policy.h) set, and its placeholder replaced in
+// this request's header values; other hosts' requests are never touched.
+template <class Fields>
+void add_secret(Fields& fields, const Secret& secret) {
+  const std::string placeholder = secret.placeholder();
+  // Read first and rewritten after: erasing or setting a field while
+  // iterating the fields frees the one the iterator stands on.
+  struct Entry {
+    std::string name, value;
+  };
+  std::vector<Entry> entries;
+  std::set<std::string> rewritten;  // lower case
+  for (const auto& field : fields) {
+    Entry entry{std::string(field.name_string()), std::string(field.value())};
+    bool changed = false;
+    for (auto at = entry.value.find(placeholder); at != std::string::npos;
+         at = entry.value.find(placeholder, at + secret.value.size())) {
+      entry.value.replace(at, placeholder.size(), secret.value);
+      changed = true;
+    }
+    if (changed) rewritten.insert(lower_case(entry.name));
+    entries.push_back(std::move(entry));
+  }
+  for (const auto& name : rewritten) fields.erase(name);
+  for (const auto& entry : entries)
+    if (rewritten.count(lower_case(entry.name))) fields.insert(entry.name, entry.value);  // same-name order kept
+  fields.set(secret.header, secret.header_value());
+}
+
+// Closing a socket with unread input sends a reset, and a client still
+// sending (say, the body of a request that was refused) may then lose the
+// answer before reading it. So the answer's side is shut down and input is
+// read and dropped for a moment first (the "lingering close" of web servers).
+asio::awaitable<void> linger(Link& link) {
+  boost::system::error_code ignored;
+  link.client.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  std::array<char, 16384> sink;
+  std::size_t total = 0;
+  link.client.expires_after(kLinger);
+  while (total < kLingerLimit) {
+    auto [ec, n] = co_await link.client.async_read_some(asio::buffer(sink), kTuple);
+    if (ec) break;
+    total += n;
+  }
+}
+
+// Moves a message's body from `in` to `out` through one buffer (Beast's relay).
+template <bool isRequest>
+asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, beast::flat_buffer& buffer,
+                                                      http::parser<isRequest, http::buffer_body>& parser,
+                                                      http::serializer<isRequest, http::buffer_body>& serializer,
+                                                      beast::tcp_stream& out, std::vector<char>& chunk) {
+  out.expires_after(kIoWait);
+  auto [hec, hn] = co_await http::async_write_header(out, serializer, kTuple);
+  if (hec) co_return hec;
+  do {
+    auto& body = parser.get().body();
+    if (!parser.is_done()) {
+      body.data = chunk.data();
+      body.size = chunk.size();
+      in.expires_after(kIoWait);
+      auto [rec, rn] = co_await http::async_read(in, buffer, parser, kTuple);
+      if (rec == http::error::need_buffer) rec = {};
+      if (rec) co_return rec;
+      body.size = chunk.size() - body.size;
+      body.data = chunk.data();
+      body.more = !parser.is_done();
+    } else {
+      body.data = nullptr;
+      body.size = 0;
+    }
+    out.expires_after(kIoWait);
+    auto [wec, wn] = co_await http::async_write(out, serializer, kTuple);
+    if (wec == http::error::need_buffer) wec = {};
+    if (wec) co_return wec;
+  } while (!parser.is_done() && !serializer.is_done());
+  co_return boost::system::error_code{};
+}
+
+// Relays the origin's answer (interim 1xx answers read and dropped); true
+// when the client connection may carry another request.
+asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target& target, bool head, bool client_keep,
+                                     std::vector<char>& chunk) {
+  beast::flat_buffer up_buffer;
+  up_buffer.reserve(kReadReserve);
+  for (;;) {
+    http::response_parser<http::buffer_body> parser;
+    parser.header_limit(kHeaderLimit);
+    parser.body_limit(boost::none);
+    if (head) parser.skip(true);
+    link.upstream.expires_after(kIoWait);
+    auto [rec, rn] = co_await http::async_read_header(link.upstream, up_buffer, parser, kTuple);
+    if (rec) {
+      co_await respond(link, http::status::bad_gateway,
+                       "agentbox network proxy: " + where(target) + " sent no valid response: " + rec.message());
+      co_return false;
+    }
+    auto& res = parser.get();
+    if (res.result_int() >= 100 && res.result_int() < 200) continue;
+    drop_hop_by_hop(res);
+    bool keep = client_keep && !res.need_eof();  // need_eof after the origin's "Connection: close" is gone
+    res.keep_alive(keep);
+    http::response_serializer<http::buffer_body> serializer(res);
+    if (auto ec = co_await relay_body<false>(link.upstream, up_buffer, parser, serializer, link.client, chunk)) {
+      spdlog::debug("sandbox {}: response from {} cut: {}", s.sandbox, where(target), ec.message());
+      co_return false;
+    }
+    co_return keep;
+  }
+}
+
+// One plain HTTP request, forwarded; false when the client connection ends.
+asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& buffer,
+                              http::request_parser<http::buffer_body>& parser, std::vector<char>& chunk) {
+  auto& req = parser.get();
+  auto target = absolute_target(req.target());
+  if (!target) {
+    co_await respond(link, http::status::bad_request, not_absolute(req.target()));
+    co_return false;
+  }
+  spdlog::debug("sandbox {}: {} http://{}{}", s.sandbox, std::string(req.method_string()), where(*target),
+                target->path.substr(0, 200));
+  if (auto denied = refused_by_policy(s, *target)) {
+    co_await respond(link, http::status::forbidden, *denied);
+    co_return false;
+  }
+  if (auto refused = co_await connect_upstream(s, *target, link)) {
+    co_await respond(link, refused->status, refused->text);
+    co_return false;
+  }
+  const bool client_keep = req.keep_alive();
+  const bool head = req.method() == http::verb::head;
+  const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
+  drop_hop_by_hop(req);
+  req.erase(http::field::expect);  // answered here, below
+  req.target(target->path);
+  // The name as the policy saw it (lower case, no trailing dot), the same
+  // one the secret is chosen by.
+  const Target named{Policy::normalise_host(target->host), target->port, {}};
+  req.set(http::field::host, host_field(named));
+  if (const Secret* secret = s.policy->secret_for(named.host)) add_secret(req, *secret);
+  req.keep_alive(false);  // one origin connection per request: no reuse to get wrong
+  if (expect_continue) {
+    link.client.expires_after(kConnectWait);
+    auto [cec, cn] = co_await asio::async_write(link.client, asio::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), kTuple);
+    if (cec) co_return false;
+  }
+  http::request_serializer<http::buffer_body> serializer(req);
+  if (auto ec = co_await relay_body<true>(link.client, buffer, parser, serializer, link.upstream, chunk)) {
+    spdlog::debug("sandbox {}: request to {} cut: {}", s.sandbox, where(*target), ec.message());
+    co_return false;
+  }
+  const bool keep = co_await relay_response(s, link, *target, head, client_keep, chunk);
+  link.upstream.close();
+  co_return keep;
+}
+
+}  // namespace
+
 std::optional<Target> split_authority(std::string_view authority, std::uint16_t default_port) {
   Target t;
   t.port = default_port;
@@ -87,369 +304,97 @@ std::optional<Target> split_authority(std::string_view authority, std::uint16_t 
   return t;
 }
 
-// An absolute-form target, "http://host[:port]/path?query".
-std::optional<Target> absolute_target(std::string_view target) {
-  constexpr std::string_view scheme = "http://";
-  if (target.size() < scheme.size()) return std::nullopt;
-  for (std::size_t i = 0; i < scheme.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(target[i])) != scheme[i]) return std::nullopt;
-  auto rest = target.substr(scheme.size());
-  auto end = rest.find_first_of("/?#");
-  auto t = split_authority(rest.substr(0, end), 80);
-  if (!t) return std::nullopt;
-  std::string_view path = end == std::string_view::npos ? "/" : rest.substr(end);
-  if (auto hash = path.find('#'); hash != std::string_view::npos) path = path.substr(0, hash);
-  t->path = path.empty() || path.front() != '/' ? "/" + std::string(path) : std::string(path);
-  return t;
-}
-
 std::string where(const Target& t) {
   return (t.host.find(':') != std::string::npos ? "[" + t.host + "]" : t.host) + ":" + std::to_string(t.port);
 }
 
-// Removes the hop-by-hop headers (RFC 9110 section 7.6.1) and the proxy's own.
-template <class Fields>
-void drop_hop_by_hop(Fields& fields) {
-  std::vector<std::string> listed;
-  for (auto it = fields.find(http::field::connection); it != fields.end() && it->name() == http::field::connection; ++it) {
-    std::string value(it->value());
-    std::size_t start = 0;
-    while (start <= value.size()) {
-      auto comma = value.find(',', start);
-      std::string token = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      token.erase(0, token.find_first_not_of(" \t"));
-      token.erase(token.find_last_not_of(" \t") + 1);
-      if (!token.empty()) listed.push_back(token);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  for (const auto& name : listed) fields.erase(name);
-  for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_authorization,
-                     http::field::proxy_connection, http::field::te, http::field::trailer, http::field::upgrade,
-                     http::field::proxy_authenticate})
-    fields.erase(field);
+std::optional<std::string> refused_by_policy(const Session& s, const Target& t) {
+  Decision d = s.policy->check(t.host, t.port);
+  if (d.allowed) return std::nullopt;
+  std::string host = Policy::normalise_host(t.host);
+  s.deny(s.sandbox, host.empty() ? t.host : host, t.port, d.reason);
+  return "agentbox network policy: " + d.reason;
 }
 
-// The secret of this host (policy.h) set, and its placeholder replaced in
-// this request's header values; other hosts' requests are never touched.
-template <class Fields>
-void add_secret(Fields& fields, const Secret& secret) {
-  std::string placeholder = secret.placeholder();
-  for (auto& field : fields) {
-    std::string value(field.value());
-    bool changed = false;
-    for (auto at = value.find(placeholder); at != std::string::npos; at = value.find(placeholder, at + secret.value.size())) {
-      value.replace(at, placeholder.size(), secret.value);
-      changed = true;
-    }
-    if (changed) fields.set(field.name_string(), value);
-  }
-  fields.set(secret.header, secret.header_value());
-}
-
-asio::awaitable<void> respond(beast::tcp_stream& client, http::status status, const std::string& text) {
-  http::response<http::string_body> res{status, 11};
-  res.set(http::field::content_type, "text/plain; charset=utf-8");
-  res.set(http::field::connection, "close");
-  res.body() = text + "\n";
-  res.prepare_payload();
-  client.expires_after(10s);
-  co_await http::async_write(client, res, kTuple);
-}
-
-struct Refusal {
-  http::status status = http::status::bad_gateway;
-  std::string text;
-};
-
-// Resolves (the policy's pins first), checks every address against the
-// deny entries, and connects. Denials are recorded here.
-asio::awaitable<std::optional<Refusal>> connect_upstream(const Session& s, const Target& t, beast::tcp_stream& upstream) {
-  auto executor = co_await asio::this_coro::executor;
+asio::awaitable<std::optional<Refusal>> connect_upstream(const Session& s, const Target& t, Link& link) {
   std::vector<tcp::endpoint> endpoints;
-  boost::system::error_code ec;
-  std::string name = Policy::normalise_host(t.host);
-  std::optional<std::string> pinned = s.policy->pinned(name);
+  const std::string name = Policy::normalise_host(t.host);
+  const std::optional<std::string> pinned = s.policy->pinned(name);
   if (pinned || Policy::is_ip_literal(name)) {
+    boost::system::error_code ec;
     auto address = asio::ip::make_address(pinned ? *pinned : name, ec);
-    if (ec) co_return Refusal{http::status::forbidden, "agentbox network policy: " + where(t) + " is not an address the proxy can reach"};
+    if (ec)
+      co_return Refusal{http::status::forbidden,
+                        "agentbox network policy: " + where(t) + " is not an address the proxy can reach"};
     endpoints.emplace_back(address, t.port);
   } else {
-    tcp::resolver resolver(executor);
-    auto [rec, results] = co_await resolver.async_resolve(name, std::to_string(t.port), kTuple);
-    if (rec || results.empty())
-      co_return Refusal{http::status::bad_gateway, "agentbox network proxy: cannot resolve " + name + ": " +
-                                                       (rec ? rec.message() : std::string("no address"))};
+    auto [ec, results] = co_await link.resolver.async_resolve(name, std::to_string(t.port), kTuple);
+    if (link.closed) co_return Refusal{http::status::service_unavailable, "agentbox network proxy: closing"};
+    if (ec || results.empty()) {
+      // Built before co_return: GCC 12 destroys string temporaries of a
+      // conditional expression twice in a coroutine.
+      std::string why = ec ? ec.message() : "no address";
+      co_return Refusal{http::status::bad_gateway, "agentbox network proxy: cannot resolve " + name + ": " + why};
+    }
     for (const auto& r : results) endpoints.push_back(r.endpoint());
   }
   for (const auto& endpoint : endpoints) {
-    auto address = endpoint.address().to_string();
-    Decision d = s.policy->check_address(address, name, t.port);
+    Decision d = s.policy->check_address(endpoint.address().to_string(), name, t.port);
     if (!d.allowed) {
       s.deny(s.sandbox, name, t.port, d.reason);
       co_return Refusal{http::status::forbidden, "agentbox network policy: " + d.reason};
     }
   }
-  upstream.expires_after(kConnectWait);
-  auto [cec, reached] = co_await upstream.async_connect(endpoints, kTuple);
-  if (cec)
-    co_return Refusal{cec == beast::error::timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-                      "agentbox network proxy: cannot connect to " + where(t) + ": " + cec.message()};
-  (void)reached;
+  if (link.closed) co_return Refusal{http::status::service_unavailable, "agentbox network proxy: closing"};
+  link.upstream.close();  // a previous request's
+  link.upstream.expires_after(kConnectWait);
+  auto [ec, reached] = co_await link.upstream.async_connect(endpoints, kTuple);
+  if (ec == beast::error::timeout)
+    co_return Refusal{http::status::bad_gateway, "agentbox network proxy: " + where(t) + " did not accept a connection within " +
+                                                     std::to_string(kConnectWait.count()) + " s"};
+  if (ec)
+    co_return Refusal{http::status::bad_gateway,
+                      "agentbox network proxy: cannot connect to " + where(t) + ": " + ec.message()};
   co_return std::nullopt;
 }
 
-// Checks the target against the policy; a denial is recorded and answered.
-bool allowed(const Session& s, const Target& t, std::string& text) {
-  Decision d = s.policy->check(t.host, t.port);
-  if (d.allowed) return true;
-  std::string host = Policy::normalise_host(t.host);
-  s.deny(s.sandbox, host.empty() ? t.host : host, t.port, d.reason);
-  text = "agentbox network policy: " + d.reason;
-  return false;
+asio::awaitable<void> respond(Link& link, http::status status, const std::string& text) {
+  http::response<http::string_body> res{status, 11};
+  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.set(http::field::connection, "close");
+  res.body() = text + "\n";
+  res.prepare_payload();
+  link.client.expires_after(kConnectWait);
+  auto [ec, n] = co_await http::async_write(link.client, res, kTuple);
+  if (!ec) co_await linger(link);
 }
 
-// Moves a message's body from `in` to `out` through one buffer (Beast's relay).
-template <bool isRequest>
-asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, beast::flat_buffer& buffer,
-                                                      http::parser<isRequest, http::buffer_body>& parser,
-                                                      http::serializer<isRequest, http::buffer_body>& serializer,
-                                                      beast::tcp_stream& out, std::vector<char>& chunk) {
-  out.expires_after(kIoWait);
-  auto [hec, hn] = co_await http::async_write_header(out, serializer, kTuple);
-  (void)hn;
-  if (hec) co_return hec;
-  do {
-    auto& body = parser.get().body();
-    if (!parser.is_done()) {
-      body.data = chunk.data();
-      body.size = chunk.size();
-      in.expires_after(kIoWait);
-      auto [rec, rn] = co_await http::async_read(in, buffer, parser, kTuple);
-      (void)rn;
-      if (rec == http::error::need_buffer) rec = {};
-      if (rec) co_return rec;
-      body.size = chunk.size() - body.size;
-      body.data = chunk.data();
-      body.more = !parser.is_done();
-    } else {
-      body.data = nullptr;
-      body.size = 0;
-    }
-    out.expires_after(kIoWait);
-    auto [wec, wn] = co_await http::async_write(out, serializer, kTuple);
-    (void)wn;
-    if (wec == http::error::need_buffer) wec = {};
-    if (wec) co_return wec;
-  } while (!parser.is_done() && !serializer.is_done());
-  co_return boost::system::error_code{};
-}
-
-// One plain HTTP request, forwarded; false when the client connection ends.
-asio::awaitable<bool> forward(const Session& s, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                              http::request_parser<http::buffer_body>& req_parser, std::vector<char>& chunk) {
-  auto& req = req_parser.get();
-  auto target = absolute_target(req.target());
-  if (!target) {
-    co_await respond(client, http::status::bad_request,
-                     "agentbox network proxy: send requests as to a proxy (an absolute http:// URL), or CONNECT "
-                     "host:port for HTTPS; this request's target is '" + std::string(req.target().substr(0, 200)) + "'");
-    co_return false;
-  }
-  std::string text;
-  if (!allowed(s, *target, text)) {
-    co_await respond(client, http::status::forbidden, text);
-    co_return false;
-  }
-  beast::tcp_stream upstream(co_await asio::this_coro::executor);
-  if (auto refused = co_await connect_upstream(s, *target, upstream)) {
-    co_await respond(client, refused->status, refused->text);
-    co_return false;
-  }
-  bool client_keep = req.keep_alive();
-  bool head = req.method() == http::verb::head;
-  bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
-  drop_hop_by_hop(req);
-  req.erase(http::field::expect);
-  req.target(target->path);
-  std::string host_header = target->host.find(':') != std::string::npos ? "[" + target->host + "]" : target->host;
-  if (target->port != 80) host_header += ":" + std::to_string(target->port);
-  req.set(http::field::host, host_header);
-  if (const Secret* secret = s.policy->secret_for(target->host)) add_secret(req, *secret);
-  req.keep_alive(false);  // one upstream connection per request
-  if (expect_continue) {
-    client.expires_after(10s);
-    auto [cec, cn] = co_await asio::async_write(client, asio::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), kTuple);
-    (void)cn;
-    if (cec) co_return false;
-  }
-  beast::flat_buffer up_buffer;
-  http::request_serializer<http::buffer_body> req_serializer(req);
-  if (auto ec = co_await relay_body<true>(client, buffer, req_parser, req_serializer, upstream, chunk)) {
-    spdlog::debug("sandbox {}: request to {} cut: {}", s.sandbox, where(*target), ec.message());
-    co_return false;
-  }
-  for (;;) {  // interim 1xx responses are read and dropped
-    http::response_parser<http::buffer_body> res_parser;
-    res_parser.header_limit(kHeaderLimit);
-    res_parser.body_limit(boost::none);
-    if (head) res_parser.skip(true);
-    upstream.expires_after(kIoWait);
-    auto [rec, rn] = co_await http::async_read_header(upstream, up_buffer, res_parser, kTuple);
-    (void)rn;
-    if (rec) {
-      co_await respond(client, http::status::bad_gateway,
-                       "agentbox network proxy: " + where(*target) + " sent no valid response: " + rec.message());
-      co_return false;
-    }
-    auto& res = res_parser.get();
-    if (res.result_int() >= 100 && res.result_int() < 200) continue;
-    drop_hop_by_hop(res);
-    bool keep = client_keep && !res.need_eof();
-    res.keep_alive(keep);
-    http::response_serializer<http::buffer_body> res_serializer(res);
-    if (auto ec = co_await relay_body<false>(upstream, up_buffer, res_parser, res_serializer, client, chunk)) {
-      spdlog::debug("sandbox {}: response from {} cut: {}", s.sandbox, where(*target), ec.message());
-      co_return false;
-    }
-    co_return keep;
-  }
-}
-
-asio::awaitable<void> pump(beast::tcp_stream& from, beast::tcp_stream& to, std::atomic<bool>& moved) {
-  std::vector<char> buffer(kBodyChunk);
-  for (;;) {
-    auto [rec, n] = co_await from.socket().async_read_some(asio::buffer(buffer), kTuple);
-    if (rec) {
-      boost::system::error_code ignored;
-      to.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      co_return;
-    }
-    moved = true;
-    auto [wec, wn] = co_await asio::async_write(to.socket(), asio::buffer(buffer.data(), n), kTuple);
-    (void)wn;
-    if (wec) {
-      boost::system::error_code ignored;
-      from.socket().close(ignored);
-      co_return;
-    }
-  }
-}
-
-// Closes both ends once nothing has moved for kTunnelIdle.
-asio::awaitable<void> watch_idle(beast::tcp_stream& a, beast::tcp_stream& b, std::atomic<bool>& moved,
-                                 std::shared_ptr<bool> over) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  auto idle = 0s;
-  while (!*over) {
-    timer.expires_after(10s);
-    co_await timer.async_wait(kTuple);
-    if (*over) co_return;
-    idle = moved.exchange(false) ? 0s : idle + 10s;
-    if (idle >= kTunnelIdle) {
-      boost::system::error_code ignored;
-      a.socket().close(ignored);
-      b.socket().close(ignored);
-      co_return;
-    }
-  }
-}
-
-asio::awaitable<void> tunnel(const Session& s, beast::tcp_stream& client, beast::flat_buffer& buffer,
-                             std::string_view authority) {
-  auto target = split_authority(authority, 0);
-  if (!target || target->port == 0) {
-    co_await respond(client, http::status::bad_request,
-                     "agentbox network proxy: CONNECT needs host:port, not '" + std::string(authority.substr(0, 200)) + "'");
-    co_return;
-  }
-  std::string text;
-  if (!allowed(s, *target, text)) {
-    co_await respond(client, http::status::forbidden, text);
-    co_return;
-  }
-  beast::tcp_stream upstream(co_await asio::this_coro::executor);
-  if (auto refused = co_await connect_upstream(s, *target, upstream)) {
-    co_await respond(client, refused->status, refused->text);
-    co_return;
-  }
-  client.expires_after(10s);
-  auto [wec, wn] = co_await asio::async_write(client, asio::buffer(std::string_view("HTTP/1.1 200 Connection established\r\n\r\n")), kTuple);
-  (void)wn;
-  if (wec) co_return;
-  // The client's first bytes: a TLS ClientHello naming the CONNECT host.
-  std::string hello(static_cast<const char*>(buffer.data().data()), buffer.size());
-  buffer.consume(buffer.size());
-  std::string host = Policy::normalise_host(target->host);
-  ClientHello read;
-  std::vector<char> chunk(4096);
-  for (;;) {
-    read = read_client_hello(hello);
-    if (read.state != ClientHello::State::NeedMore) break;
-    if (hello.size() >= kHelloLimit) {
-      read.state = ClientHello::State::NotTls;
-      break;
-    }
-    client.expires_after(kConnectWait);
-    auto [rec, n] = co_await client.async_read_some(asio::buffer(chunk), kTuple);
-    if (rec) co_return;  // the client gave up: nothing was sent upstream
-    hello.append(chunk.data(), n);
-  }
-  std::string why;
-  if (read.state == ClientHello::State::NotTls) {
-    why = "the tunnel to " + where(*target) + " did not start with a TLS ClientHello (only TLS goes through CONNECT)";
-  } else if (!read.server_name) {
-    if (!Policy::is_ip_literal(host)) why = "the TLS client named no server for CONNECT " + where(*target);
-  } else if (Policy::normalise_host(*read.server_name) != host) {
-    why = "TLS server name '" + read.server_name->substr(0, 253) + "' does not match CONNECT host '" + host +
-          "' (tunnel closed)";
-  }
-  if (!why.empty()) {
-    s.deny(s.sandbox, host, target->port, why);
-    co_return;  // closed before a byte went upstream
-  }
-  upstream.expires_after(kIoWait);
-  auto [uec, un] = co_await asio::async_write(upstream.socket(), asio::buffer(hello), kTuple);
-  (void)un;
-  if (uec) co_return;
-  client.expires_never();
-  upstream.expires_never();
-  std::atomic<bool> moved{true};
-  auto over = std::make_shared<bool>(false);
-  auto executor = co_await asio::this_coro::executor;
-  asio::co_spawn(executor, watch_idle(client, upstream, moved, over), asio::detached);
-  co_await (pump(client, upstream, moved) && pump(upstream, client, moved));
-  *over = true;
-}
-
-}  // namespace
-
-asio::awaitable<void> serve_connection(Session session, std::shared_ptr<beast::tcp_stream> client) {
+asio::awaitable<void> serve_connection(Session session, std::shared_ptr<Link> link) {
   beast::flat_buffer buffer;
+  buffer.reserve(kReadReserve);
   std::vector<char> chunk(kBodyChunk);
   for (;;) {
     http::request_parser<http::buffer_body> parser;
     parser.header_limit(kHeaderLimit);
     parser.body_limit(boost::none);
-    client->expires_after(kRequestWait);
-    auto [ec, n] = co_await http::async_read_header(*client, buffer, parser, kTuple);
-    (void)n;
-    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+    link->client.expires_after(kRequestWait);
+    auto [ec, n] = co_await http::async_read_header(link->client, buffer, parser, kTuple);
+    if (link->closed || ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
         ec == asio::error::operation_aborted || ec == asio::error::connection_reset)
       co_return;
     if (ec) {
-      co_await respond(*client, ec == http::error::header_limit ? http::status::request_header_fields_too_large
-                                                                : http::status::bad_request,
+      co_await respond(*link,
+                       ec == http::error::header_limit ? http::status::request_header_fields_too_large
+                                                       : http::status::bad_request,
                        "agentbox network proxy: not a valid HTTP request: " + ec.message());
       co_return;
     }
     if (parser.get().method() == http::verb::connect) {
       std::string authority(parser.get().target());
-      co_await tunnel(session, *client, buffer, authority);
+      co_await tunnel(session, *link, buffer, authority);
       co_return;
     }
-    if (!co_await forward(session, *client, buffer, parser, chunk)) co_return;
+    if (!co_await forward(session, *link, buffer, parser, chunk)) co_return;
   }
 }
 

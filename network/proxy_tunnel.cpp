@@ -1,0 +1,144 @@
+// A CONNECT tunnel (proxy.h): the target checked and connected, the first
+// TLS record read until OpenSSL has the ClientHello (tls_hello.h), its
+// server name held against the CONNECT host, then bytes relayed both ways
+// untouched, each half-close passed on, until both sides are done or nothing
+// has moved for kTunnelIdle.
+#include "network/proxy_io.h"
+#include "network/tls_hello.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <vector>
+
+namespace agentbox::network {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::size_t kHelloLimit = 16 * 1024 + 5;  // one TLS record, header included
+constexpr auto kHelloWait = 10s;
+constexpr auto kTunnelIdle = 600s;
+constexpr std::size_t kRelayChunk = 256 * 1024;
+
+// One direction. At the end of `from` the end is passed on to `to` (a
+// half-close: the other direction goes on); a failed write ends both.
+asio::awaitable<void> pump(Link& link, tcp::socket& from, tcp::socket& to, Clock::time_point& last_moved) {
+  std::vector<char> buffer(kRelayChunk);
+  for (;;) {
+    auto [rec, n] = co_await from.async_read_some(asio::buffer(buffer), kTuple);
+    if (rec) {
+      boost::system::error_code ignored;
+      to.shutdown(tcp::socket::shutdown_send, ignored);
+      co_return;
+    }
+    last_moved = Clock::now();
+    auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), kTuple);
+    if (wec) {
+      link.close();
+      co_return;
+    }
+  }
+}
+
+// Returns once nothing has moved either way for kTunnelIdle (or when
+// cancelled because the relay ended).
+asio::awaitable<void> idle(const Clock::time_point& last_moved) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    const auto deadline = last_moved + kTunnelIdle;
+    if (Clock::now() >= deadline) co_return;
+    timer.expires_at(deadline);
+    auto [ec] = co_await timer.async_wait(kTuple);
+    if (ec) co_return;
+  }
+}
+
+// Reads until OpenSSL has the whole ClientHello, or the bytes are not one.
+// nullopt when the client went away first.
+asio::awaitable<std::optional<ClientHello>> read_hello(Link& link, std::string& hello) {
+  std::vector<char> chunk(4096);
+  link.client.expires_after(kHelloWait);
+  for (;;) {
+    ClientHello read = read_client_hello(hello);
+    if (read.state != ClientHello::State::NeedMore) co_return read;
+    if (hello.size() >= kHelloLimit) co_return ClientHello{ClientHello::State::NotTls, std::nullopt};
+    auto [ec, n] = co_await link.client.async_read_some(
+        asio::buffer(chunk.data(), std::min(chunk.size(), kHelloLimit - hello.size())), kTuple);
+    if (ec) co_return std::nullopt;
+    hello.append(chunk.data(), n);
+  }
+}
+
+// Why the tunnel must close, or "" when the hello names the CONNECT host. A
+// client names no server only for an IP literal, which only an allow entry
+// naming that address lets through.
+std::string mismatch(const ClientHello& read, const Target& target, const std::string& host) {
+  if (read.state == ClientHello::State::NotTls)
+    return "the tunnel to " + where(target) +
+           " did not start with a TLS ClientHello (only TLS goes through CONNECT; tunnel closed)";
+  if (!read.server_name)
+    return Policy::is_ip_literal(host) ? "" : "the TLS client named no server (SNI) for CONNECT " + where(target) + " (tunnel closed)";
+  if (Policy::normalise_host(*read.server_name) != host)
+    return "TLS server name '" + read.server_name->substr(0, 253) + "' does not match CONNECT host '" + host +
+           "' (tunnel closed)";
+  return "";
+}
+
+}  // namespace
+
+asio::awaitable<void> tunnel(const Session& s, Link& link, boost::beast::flat_buffer& buffer, std::string_view authority) {
+  auto target = split_authority(authority, 0);
+  if (!target || target->port == 0) {
+    co_await respond(link, http::status::bad_request,
+                     "agentbox network proxy: CONNECT needs host:port, not '" + std::string(authority.substr(0, 200)) + "'");
+    co_return;
+  }
+  if (auto denied = refused_by_policy(s, *target)) {
+    co_await respond(link, http::status::forbidden, *denied);
+    co_return;
+  }
+  if (auto refused = co_await connect_upstream(s, *target, link)) {
+    co_await respond(link, refused->status, refused->text);
+    co_return;
+  }
+  link.client.expires_after(kHelloWait);
+  auto [wec, wn] = co_await asio::async_write(
+      link.client, asio::buffer(std::string_view("HTTP/1.1 200 Connection established\r\n\r\n")), kTuple);
+  if (wec) co_return;
+
+  // Bytes the client sent right after its request are the hello's start.
+  std::string hello(static_cast<const char*>(buffer.data().data()), buffer.size());
+  buffer.consume(buffer.size());
+  auto read = co_await read_hello(link, hello);
+  if (!read) co_return;  // the client gave up: nothing went upstream
+  const std::string host = Policy::normalise_host(target->host);
+  if (std::string why = mismatch(*read, *target, host); !why.empty()) {
+    s.deny(s.sandbox, host, target->port, why);
+    co_return;  // closed before a byte went upstream
+  }
+
+  link.upstream.expires_after(kHelloWait);
+  auto [uec, un] = co_await asio::async_write(link.upstream, asio::buffer(hello), kTuple);
+  if (uec) co_return;
+  // From here the sockets are used directly: the relay's deadline is the
+  // idle watch, not a deadline per read.
+  link.client.expires_never();
+  link.upstream.expires_never();
+  Clock::time_point last_moved = Clock::now();
+  tcp::socket& client = link.client.socket();
+  tcp::socket& upstream = link.upstream.socket();
+  co_await ((pump(link, client, upstream, last_moved) && pump(link, upstream, client, last_moved)) || idle(last_moved));
+}
+
+}  // namespace agentbox::network
