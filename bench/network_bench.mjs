@@ -9,7 +9,8 @@
 // both for plain HTTP and for HTTPS through a CONNECT tunnel (the origin's
 // certificate from a test CA made with openssl here).
 // Usage: node bench/network_bench.mjs [--bin build/agentbox] [--mb 100] [--rounds 3] [--json]
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttp } from 'node:http';
 import { createServer as createHttps } from 'node:https';
@@ -90,7 +91,9 @@ const curlBig = (url, direct) =>
   `curl -sS --cacert ${direct ? join(work, 'ca.pem') : '/workspace/ca.pem'} ${direct ? `--resolve origin.test:${new URL(url).port}:127.0.0.1` : ''} -o /dev/null -w '%{speed_download}' ${url}`;
 const curlSmall = (url, direct) =>
   `for i in $(seq 50); do curl -sS --cacert ${direct ? join(work, 'ca.pem') : '/workspace/ca.pem'} ${direct ? `--resolve origin.test:${new URL(url).port}:127.0.0.1` : ''} -o /dev/null -w '%{time_total}\\n' ${url}; done`;
-const host = (command) => execFileSync('bash', ['-c', command], { encoding: 'utf8', env: { PATH: process.env.PATH } });
+// Asynchronous: the origins run in this process, so a synchronous child would wait on itself.
+const host = async (command) =>
+  (await promisify(execFile)('bash', ['-c', command], { encoding: 'utf8', env: { PATH: process.env.PATH }, maxBuffer: 1 << 20 })).stdout;
 
 const results = {};
 for (const [scheme, port] of [['http', httpPort], ['https', httpsPort]]) {
@@ -98,9 +101,9 @@ for (const [scheme, port] of [['http', httpPort], ['https', httpsPort]]) {
   const small = `${scheme}://origin.test:${port}/small`;
   const proxied = [], direct = [], proxiedMs = [], directMs = [];
   for (let round_ = 0; round_ < ROUNDS; round_++) {
-    direct.push(Number(host(curlBig(big, true))));
+    direct.push(Number(await host(curlBig(big, true))));
     proxied.push(Number(await inBox(curlBig(big, false))));
-    directMs.push(...host(curlSmall(small, true)).trim().split('\n').map((s) => Number(s) * 1000));
+    directMs.push(...(await host(curlSmall(small, true))).trim().split('\n').map((s) => Number(s) * 1000));
     proxiedMs.push(...(await inBox(curlSmall(small, false))).trim().split('\n').map((s) => Number(s) * 1000));
   }
   results[scheme] = {
