@@ -15,9 +15,7 @@
 
 #include <array>
 #include <charconv>
-#include <limits>
 #include <set>
-#include <span>
 #include <vector>
 
 namespace agentbox::network {
@@ -164,52 +162,15 @@ asio::awaitable<void> linger(Link& link) {
   }
 }
 
-// Moves `length` bytes of a body (all until `in` ends when there is no
-// length) from `in` to `out`: first what Beast read past the header, then
-// straight from the socket, a chunk at a time, as a tunnel moves bytes.
-asio::awaitable<boost::system::error_code> copy_counted(beast::tcp_stream& in, beast::flat_buffer& buffer,
-                                                        boost::optional<std::uint64_t> length, beast::tcp_stream& out,
-                                                        std::span<char> chunk) {
-  std::uint64_t left = length ? *length : std::numeric_limits<std::uint64_t>::max();
-  if (buffer.size() > 0 && left > 0) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), left));
-    out.expires_after(kIoWait);
-    auto [ec, written] = co_await asio::async_write(out, asio::buffer(buffer.data(), n), kTuple);
-    if (ec) co_return ec;
-    buffer.consume(n);  // a kept-alive client's next request stays
-    left -= n;
-  }
-  while (left > 0) {
-    in.expires_after(kIoWait);
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), left));
-    auto [rec, n] = co_await in.async_read_some(asio::buffer(chunk.data(), want), kTuple);
-    if (rec == asio::error::eof && !length) co_return boost::system::error_code{};  // the body's end
-    if (rec) co_return rec;  // with bytes still owed: the message was cut
-    out.expires_after(kIoWait);
-    auto [wec, wn] = co_await asio::async_write(out, asio::buffer(chunk.data(), n), kTuple);
-    if (wec) co_return wec;
-    left -= n;
-  }
-  co_return boost::system::error_code{};
-}
-
-// Moves a message's body from `in` to `out`, once Beast has read the header
-// and with it the body's framing. A length, or a response that ends when
-// the origin closes, is counted bytes (copy_counted: a third of the system
-// calls of Beast's 64 KiB reads and no copy through the parser; 100 MB
-// through it went from 0.5x to 0.9x of a direct download). A chunked body
-// goes through Beast's relay (parser and serializer sharing one buffer),
-// which decodes the chunks and writes them anew.
+// Moves a message's body from `in` to `out` through one buffer (Beast's relay).
 template <bool isRequest>
 asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, beast::flat_buffer& buffer,
                                                       http::parser<isRequest, http::buffer_body>& parser,
                                                       http::serializer<isRequest, http::buffer_body>& serializer,
-                                                      beast::tcp_stream& out, std::span<char> chunk) {
+                                                      beast::tcp_stream& out, std::vector<char>& chunk) {
   out.expires_after(kIoWait);
   auto [hec, hn] = co_await http::async_write_header(out, serializer, kTuple);
   if (hec) co_return hec;
-  if (parser.is_done()) co_return boost::system::error_code{};  // no body: HEAD, 204, 304, none sent
-  if (!parser.chunked()) co_return co_await copy_counted(in, buffer, parser.content_length_remaining(), out, chunk);
   do {
     auto& body = parser.get().body();
     if (!parser.is_done()) {
@@ -237,7 +198,7 @@ asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, bea
 // Relays the origin's answer (interim 1xx answers read and dropped); true
 // when the client connection may carry another request.
 asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target& target, bool head, bool client_keep,
-                                     std::span<char> chunk) {
+                                     std::vector<char>& chunk) {
   beast::flat_buffer up_buffer;
   up_buffer.reserve(kReadReserve);
   for (;;) {
@@ -268,7 +229,7 @@ asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target&
 
 // One plain HTTP request, forwarded; false when the client connection ends.
 asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& buffer,
-                              http::request_parser<http::buffer_body>& parser, std::span<char> chunk) {
+                              http::request_parser<http::buffer_body>& parser, std::vector<char>& chunk) {
   auto& req = parser.get();
   auto target = absolute_target(req.target());
   if (!target) {
@@ -411,9 +372,7 @@ asio::awaitable<void> respond(Link& link, http::status status, const std::string
 asio::awaitable<void> serve_connection(Session session, std::shared_ptr<Link> link) {
   beast::flat_buffer buffer;
   buffer.reserve(kReadReserve);
-  // Made at the first request, and not filled: an idle connection (a box
-  // may hold 256) costs no body buffer.
-  std::unique_ptr<char[]> chunk;
+  std::vector<char> chunk(kBodyChunk);
   for (;;) {
     http::request_parser<http::buffer_body> parser;
     parser.header_limit(kHeaderLimit);
@@ -435,8 +394,7 @@ asio::awaitable<void> serve_connection(Session session, std::shared_ptr<Link> li
       co_await tunnel(session, *link, buffer, authority);
       co_return;
     }
-    if (!chunk) chunk = std::make_unique_for_overwrite<char[]>(kBodyChunk);
-    if (!co_await forward(session, *link, buffer, parser, {chunk.get(), kBodyChunk})) co_return;
+    if (!co_await forward(session, *link, buffer, parser, chunk)) co_return;
   }
 }
 

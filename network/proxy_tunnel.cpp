@@ -12,7 +12,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include <memory>
 #include <vector>
 
 namespace agentbox::network {
@@ -35,16 +34,16 @@ constexpr std::size_t kRelayChunk = 256 * 1024;
 // One direction. At the end of `from` the end is passed on to `to` (a
 // half-close: the other direction goes on); a failed write ends both.
 asio::awaitable<void> pump(Link& link, tcp::socket& from, tcp::socket& to, Clock::time_point& last_moved) {
-  auto buffer = std::make_unique_for_overwrite<char[]>(kRelayChunk);  // not filled: pages come as bytes do
+  std::vector<char> buffer(kRelayChunk);
   for (;;) {
-    auto [rec, n] = co_await from.async_read_some(asio::buffer(buffer.get(), kRelayChunk), kTuple);
+    auto [rec, n] = co_await from.async_read_some(asio::buffer(buffer), kTuple);
     if (rec) {
       boost::system::error_code ignored;
       to.shutdown(tcp::socket::shutdown_send, ignored);
       co_return;
     }
     last_moved = Clock::now();
-    auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buffer.get(), n), kTuple);
+    auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), kTuple);
     if (wec) {
       link.close();
       co_return;
