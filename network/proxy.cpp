@@ -1,8 +1,9 @@
 // The egress proxy (proxy.h): one I/O thread, a coroutine per connection
-// (proxy_http.cpp, proxy_tunnel.cpp). One thread is enough: a 100 MB
-// transfer through it runs at 0.9x a direct one on loopback (docs/network.md),
-// and with one thread the boxes and their links need no locks. Beast parses
-// and writes HTTP; the first TLS record of a tunnel is read by OpenSSL
+// (proxy_http.cpp, proxy_tunnel.cpp). With one thread the boxes and their
+// links need no locks; what it costs is measured by bench/network_bench.mjs
+// (docs/benchmarks.md, "Network proxy": a CONNECT tunnel 0.98x a direct
+// 100 MB download, plain HTTP through Beast's relay 0.50x). Beast parses and
+// writes HTTP; the first TLS record of a tunnel is read by OpenSSL
 // (tls_hello.h); everything else is bytes moved.
 #include "network/proxy.h"
 
