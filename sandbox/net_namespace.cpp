@@ -41,13 +41,30 @@ const char* step_name(int step) {
   }
 }
 
+// What the child sends and the parent receives: {step, errno} of a failed
+// step, or {0, 0} with the socket attached (SCM_RIGHTS).
+struct Report {
+  int value[2] = {0, 0};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec data{value, sizeof value};
+  msghdr message{};
+  Report() {
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+  }
+  Report(const Report&) = delete;
+  Report& operator=(const Report&) = delete;
+};
+
 // Between fork and _exit: system calls only (the server is multithreaded).
 [[noreturn]] void child(int user_fd, int net_fd, bool join_user, std::uint16_t port, int channel) {
-  int report[2] = {0, 0};
+  Report report;
   auto fail_step = [&](int step) {
-    report[0] = step;
-    report[1] = errno;
-    (void)!send(channel, report, sizeof report, MSG_NOSIGNAL);
+    report.value[0] = step;
+    report.value[1] = errno;
+    (void)!send(channel, report.value, sizeof report.value, MSG_NOSIGNAL);
     _exit(1);
   };
   if (join_user && setns(user_fd, CLONE_NEWUSER) != 0) fail_step(kJoinUser);
@@ -62,19 +79,12 @@ const char* step_name(int step) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(sock, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) fail_step(kBind);
   if (listen(sock, 128) != 0) fail_step(kListen);
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec data{report, sizeof report};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  cmsghdr* header = CMSG_FIRSTHDR(&report.message);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
   header->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(header), &sock, sizeof sock);
-  if (sendmsg(channel, &message, MSG_NOSIGNAL) < 0) fail_step(kSend);
+  if (sendmsg(channel, &report.message, MSG_NOSIGNAL) < 0) fail_step(kSend);
   _exit(0);
 }
 
@@ -116,19 +126,12 @@ os::UniqueFd listen_inside(pid_t inside, std::uint16_t port) {
   if (pid == 0) child(user.get(), net.get(), join_user, port, theirs.get());
   if (pid < 0) fail("fork", errno);
   theirs = os::UniqueFd();
-  int report[2] = {0, 0};
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec data{report, sizeof report};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
+  Report report;
   pollfd ready{mine.get(), POLLIN, 0};
   ssize_t got = -1;
   int err = ETIMEDOUT;
   if (poll(&ready, 1, 5000) == 1) {
-    got = recvmsg(mine.get(), &message, MSG_CMSG_CLOEXEC);
+    got = recvmsg(mine.get(), &report.message, MSG_CMSG_CLOEXEC);
     err = errno;
   }
   int status = 0;
@@ -136,10 +139,10 @@ os::UniqueFd listen_inside(pid_t inside, std::uint16_t port) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (got < 0) fail("waiting for the socket", err);
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
-  if (report[0] != 0 || !header || header->cmsg_type != SCM_RIGHTS) {
-    if (report[0] == 0) fail("the helper returned no socket", EPROTO);
-    fail(step_name(report[0]), report[1]);
+  cmsghdr* header = CMSG_FIRSTHDR(&report.message);
+  if (report.value[0] != 0 || !header || header->cmsg_type != SCM_RIGHTS) {
+    if (report.value[0] == 0) fail("the helper returned no socket", EPROTO);
+    fail(step_name(report.value[0]), report.value[1]);
   }
   int fd = -1;
   std::memcpy(&fd, CMSG_DATA(header), sizeof fd);
