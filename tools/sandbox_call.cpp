@@ -92,9 +92,13 @@ ToolResult format_result(const Formatter& format, json result, const std::weak_p
 // client's reader thread, which formats and answers the tool call. With
 // try_only nothing blocks: false (and nothing sent) when the agent's pipe is
 // busy or full.
-bool send_call(const std::shared_ptr<sandbox::SandboxLease>& lease, const std::shared_ptr<CallContext>& context,
+bool send_call(std::shared_ptr<sandbox::SandboxLease> lease, const std::shared_ptr<CallContext>& context,
                const ToolReply& reply, AgentCall& call, const Formatter& format, bool try_only) {
   auto client = lease->agent();
+  // The lease ends before the answer goes: whoever reads the answer may stop
+  // the sandbox next (a teardown refuses one in use). Every copy of the
+  // callback shares this one slot, so no copy keeps it alive after.
+  auto held = std::make_shared<std::shared_ptr<sandbox::SandboxLease>>(std::move(lease));
   sandbox::AgentClient::NoteSink notes;
   if (call.progress) {
     notes = [context](const std::string& method, const json& params) {
@@ -103,15 +107,18 @@ bool send_call(const std::shared_ptr<sandbox::SandboxLease>& lease, const std::s
     };
   }
   std::weak_ptr<sandbox::AgentClient> weak = client;
-  sandbox::AgentClient::Callback done = [lease, reply, format, weak](sandbox::AgentClient::Outcome outcome) {
+  sandbox::AgentClient::Callback done = [held, reply, format, weak](sandbox::AgentClient::Outcome outcome) {
+    std::string notice = *held ? (*held)->notice() : "";
     if (outcome.error) {
+      held->reset();
       reply(error_result(*outcome.error));
       return;
     }
     ToolResult result = format_result(format, std::move(outcome.result), weak);
-    if (!lease->notice().empty() && !result.is_error) {
-      result.structured["notice"] = lease->notice();
-      result.text = "Note: " + lease->notice() + "\n" + result.text;
+    held->reset();
+    if (!notice.empty() && !result.is_error) {
+      result.structured["notice"] = notice;
+      result.text = "Note: " + notice + "\n" + result.text;
     }
     reply(std::move(result));
   };
@@ -139,7 +146,7 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
   // pipe with room, is served from this thread without blocking (it may be
   // the server's stdin reader: Registry::add's run_inline).
   if (std::shared_ptr<sandbox::SandboxLease> lease = sandboxes->try_acquire(context->conversation())) {
-    if (send_call(lease, context, reply, call, format, true)) return;
+    if (send_call(std::move(lease), context, reply, call, format, true)) return;
   }
   // A sandbox may have to start or be restored first, or the pipe is busy.
   run_blocking([sandboxes, context, reply = std::move(reply), call = std::move(call), format = std::move(format)]() mutable {
@@ -154,7 +161,7 @@ void call_agent(const Services& services, std::shared_ptr<CallContext> context, 
       reply(error_result(e));
       return;
     }
-    send_call(lease, context, reply, call, format, false);
+    send_call(std::move(lease), context, reply, call, format, false);
   });
 }
 

@@ -115,3 +115,20 @@ TEST_CASE("manager: a damaged snapshot that a later one builds on fails that one
   // Asked again, the same: the conversation is not handed a fresh workspace.
   CHECK(error_code(tools.checked("file_read", {{"path", "other.txt"}})) == "SNAPSHOT_CORRUPT");
 }
+
+// The lease a tool call holds ends before its answer goes out: the caller
+// may stop the sandbox as soon as it has the answer (CI once saw this
+// teardown refused as "in use" under load, a race between the answer and
+// the lease's release on the agent's reader thread).
+TEST_CASE("manager: a tool call's sandbox is no longer in use once its answer arrives", "[tools][lifecycle][manager]") {
+  ManagerFixture real({}, persistence::SnapshotStore::kDefaultMaxChain, 0);
+  ToolHarness tools(real.sandboxes.get());
+  for (int round = 0; round < 25; ++round) {
+    INFO("round " << round);
+    auto r = tools.checked("exec", {{"command", "true"}});
+    REQUIRE(r.structured.value("exit_code", -1) == 0);
+    tools.checked("file_write", {{"path", "round.txt"}, {"content", std::to_string(round)}});
+    REQUIRE(real.sandboxes->manager().teardown("test"));
+  }
+  CHECK(tools.checked("file_read", {{"path", "round.txt"}}).structured["content"] == "24");
+}
