@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
@@ -37,10 +38,18 @@ struct ProcessTable::Record {
   std::string status_bytes;  // the reaper's report arrives as 4 raw bytes
   bool kill_requested = false;
   bool service = false;  // restart "on-restore": kept in the services file (services.h)
+  // Wall-clock milliseconds (the host's clock: a box has no time namespace)
+  // of the start and the end; the server shows what its network proxy
+  // denied in between (docs/network.md, "Deny reasons"). 0: unknown.
+  std::int64_t started_unix_ms = 0, ended_unix_ms = 0;
   std::condition_variable changed;
 };
 
 namespace {
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 void set_exit(int wait_status, std::string& status, std::optional<int>& exit_code, std::string& signal) {
   if (WIFEXITED(wait_status)) {
@@ -164,6 +173,7 @@ void ProcessTable::watch_streams(const std::shared_ptr<Record>& record, int out_
           int status;
           std::memcpy(&status, r->status_bytes.data(), sizeof status);
           set_exit(status, r->status, r->exit_code, r->signal);
+          r->ended_unix_ms = unix_ms();
           r->changed.notify_all();
         }
       },
@@ -174,6 +184,7 @@ void ProcessTable::watch_streams(const std::shared_ptr<Record>& record, int out_
         // The reaper died without a report: killed along with its tree by
         // process_kill, or by something else in the sandbox.
         if (r->status == "running") {
+          r->ended_unix_ms = unix_ms();
           r->status = r->kill_requested ? "killed" : "lost";
           if (r->kill_requested) {
             r->exit_code = 128 + SIGKILL;
@@ -254,6 +265,7 @@ std::shared_ptr<ProcessTable::Record> ProcessTable::launch(const Launch& launch)
   auto record = std::make_shared<Record>(config_.process_head_bytes, config_.process_tail_bytes);
   record->command = launch.command;
   record->service = launch.service.has_value();
+  record->started_unix_ms = unix_ms();
   {
     std::lock_guard lock(mutex_);
     std::size_t background = 0;
@@ -394,6 +406,9 @@ json ProcessTable::output(AgentRequest& request) {
   result["complete"] = record->status != "running" && record->open_streams == 0 &&
                        out.next_offset == record->out.total() && err.next_offset == record->err.total();
   if (pattern) result["matched"] = matched;
+  // For the server only (it removes them): the span its proxy's denials count in.
+  if (record->started_unix_ms) result["started_unix_ms"] = record->started_unix_ms;
+  if (record->ended_unix_ms) result["ended_unix_ms"] = record->ended_unix_ms;
   return result;
 }
 

@@ -199,6 +199,12 @@ void Proxy::detach(const std::string& sandbox) {
   done.get_future().wait();
 }
 
+void Proxy::forget(const std::string& sandbox) {
+  detach(sandbox);
+  std::lock_guard lock(impl_->denials_mutex);
+  impl_->denials.erase(sandbox);
+}
+
 std::vector<Denial> Proxy::denials(const std::string& sandbox, std::chrono::system_clock::time_point since) const {
   std::lock_guard lock(impl_->denials_mutex);
   std::vector<Denial> out;

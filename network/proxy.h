@@ -50,7 +50,10 @@ class Proxy {
   // attached again (a restart of its box) replaces its listener and policy.
   void attach(const std::string& sandbox, int listener_fd, std::shared_ptr<const Policy> policy);
   // Closes the sandbox's listener and its open connections. Idempotent.
+  // Its denials stay (a stopped box's are still shown).
   void detach(const std::string& sandbox);
+  // Drops the sandbox's denials too (it is destroyed). Idempotent.
+  void forget(const std::string& sandbox);
 
   // Denials for `sandbox` recorded at or after `since`, oldest first (the
   // last 64 are kept per sandbox).

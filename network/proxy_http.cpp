@@ -198,7 +198,7 @@ asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, bea
 // Relays the origin's answer (interim 1xx answers read and dropped); true
 // when the client connection may carry another request.
 asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target& target, bool head, bool client_keep,
-                                     std::vector<char>& chunk) {
+                                     unsigned client_version, std::vector<char>& chunk) {
   beast::flat_buffer up_buffer;
   up_buffer.reserve(kReadReserve);
   for (;;) {
@@ -217,6 +217,11 @@ asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target&
     if (res.result_int() >= 100 && res.result_int() < 200) continue;
     drop_hop_by_hop(res);
     bool keep = client_keep && !res.need_eof();  // need_eof after the origin's "Connection: close" is gone
+    if (client_version < 11 && res.chunked()) {
+      // HTTP/1.0 has no chunked coding: the plain body, ended by the close.
+      res.chunked(false);
+      keep = false;
+    }
     res.keep_alive(keep);
     http::response_serializer<http::buffer_body> serializer(res);
     if (auto ec = co_await relay_body<false>(link.upstream, up_buffer, parser, serializer, link.client, chunk)) {
@@ -247,6 +252,7 @@ asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& 
     co_return false;
   }
   const bool client_keep = req.keep_alive();
+  const unsigned client_version = req.version();
   const bool head = req.method() == http::verb::head;
   const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
   drop_hop_by_hop(req);
@@ -268,7 +274,7 @@ asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& 
     spdlog::debug("sandbox {}: request to {} cut: {}", s.sandbox, where(*target), ec.message());
     co_return false;
   }
-  const bool keep = co_await relay_response(s, link, *target, head, client_keep, chunk);
+  const bool keep = co_await relay_response(s, link, *target, head, client_keep, client_version, chunk);
   link.upstream.close();
   co_return keep;
 }

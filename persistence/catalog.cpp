@@ -82,6 +82,16 @@ constexpr const char* kMigrations[] = {
       ALTER TABLE snapshots ADD COLUMN parent TEXT NOT NULL DEFAULT '';
       CREATE INDEX snapshots_by_parent ON snapshots(parent) WHERE parent != '';
     )sql",
+    // 6: the network policy each sandbox runs under (docs/network.md, "The
+    // policy in force"): whose `conversations` entry applies (its own
+    // conversation's, or a fork's source's) and the policy as last applied.
+    R"sql(
+      CREATE TABLE network_policies (
+        sandbox_id TEXT PRIMARY KEY,
+        policy_key TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        applied_at TEXT NOT NULL);
+    )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
 
@@ -265,6 +275,7 @@ void Catalog::remove_sandbox(const std::string& sandbox) {
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM warm WHERE sandbox_id = ?").bind(1, sandbox).run();
+    Statement(db_, "DELETE FROM network_policies WHERE sandbox_id = ?").bind(1, sandbox).run();
   });
 }
 
@@ -285,6 +296,8 @@ void Catalog::drop_destroyed(const std::string& sandbox) {
     Statement(db_, "DELETE FROM snapshots WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ? AND state = ?")
         .bind(1, sandbox).bind(2, stored_text(SandboxState::Destroying)).run();
+    Statement(db_, "DELETE FROM network_policies WHERE sandbox_id = ? AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)")
+        .bind(1, sandbox).bind(2, sandbox).run();
     // Its host ids go with its row, once its files are gone (uids are never
     // reused while files they own exist: docs/design.md section 8).
     Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ? AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)")

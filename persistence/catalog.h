@@ -107,6 +107,15 @@ struct WarmRecord {
   std::string cached_at;    // when it was parked: least recently used goes first
 };
 
+// The network policy a sandbox runs under (`--network proxy`; docs/network.md,
+// "The policy in force"). The catalog keeps text only: network/ reads it.
+struct NetworkPolicyRecord {
+  std::string sandbox;
+  std::string key;     // whose `conversations` entry of the policy file applies
+  std::string policy;  // the policy as last applied (JSON, secrets by variable name only)
+  std::string applied_at;
+};
+
 // Host ids reserved for sandboxes: uids uid_start.., gids gid_start.., count of each.
 struct IdRange {
   std::uint32_t uid_start = 0;
@@ -120,7 +129,7 @@ std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -225,6 +234,14 @@ class Catalog {
   // written) when the conversation already has a sandbox.
   bool add_clone(const std::string& conversation, const std::string& sandbox,
                  const std::vector<SessionRecord>& sessions);
+
+  // The network policy rows (catalog_network.cpp). set_network_policy
+  // replaces the sandbox's row; inherit_network_policy gives `to` the key
+  // and policy of `from` (a fork runs under its source's), nothing when
+  // `from` has none. The rows go with their sandbox's.
+  std::optional<NetworkPolicyRecord> network_policy(const std::string& sandbox);
+  void set_network_policy(const std::string& sandbox, const std::string& key, const std::string& policy);
+  void inherit_network_policy(const std::string& from, const std::string& to);
 
  private:
   void migrate();

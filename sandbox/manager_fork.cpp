@@ -92,6 +92,7 @@ ForkResult ManagerImpl::fork(const std::string& conversation, const std::string&
                                                        "' already has a sandbox (made just now by another call)");
     }
     persistence::record_conversation(layout_, fork.sandbox, fork.conversation);
+    inherit_policy(source_id, fork.sandbox);
     fork.snapshot = own.id;
     spdlog::info("sandbox {} ({}): forked from {} at snapshot {}", fork.sandbox, fork.conversation, source_id,
                  result.source.id);
@@ -163,6 +164,7 @@ ForkResult ManagerImpl::fork_by_clone(const std::string& conversation, const std
                                                        "' already has a sandbox (made just now by another call)" + made);
     }
     reached("recorded");
+    inherit_policy(source.id(), fork.sandbox);
     spdlog::info("sandbox {} ({}): forked from {} by cloning its disk (frozen {} ms)", fork.sandbox, fork.conversation,
                  source.id(), result.taken.frozen ? result.taken.frozen->count() : -1);
     result.forks.push_back(fork);

@@ -93,6 +93,14 @@ class ManagerImpl {
   // `--network proxy`: the box's listener handed to the proxy under the
   // conversation's policy, before anything runs in it (manager_network.cpp).
   void attach_proxy(ManagedSandbox& sandbox, Box& box);
+  // The policy a sandbox runs under (docs/network.md, "The policy in
+  // force"): the policy file's entry for its key, which the catalog keeps
+  // (its own conversation, or a fork's source's). record: the catalog's copy
+  // brought up to date (a start); otherwise only read (network_status).
+  std::shared_ptr<const network::Policy> policy_in_force(const std::string& sandbox, const std::string& conversation,
+                                                         bool record);
+  // A fork runs under its source's policy (nothing without --network proxy).
+  void inherit_policy(const std::string& source, const std::string& fork);
   // Stops a sandbox picked to make room, unless a call took it in the
   // meantime (then the cap is exceeded until that call ends).
   void evict(ManagedSandbox& sandbox);

@@ -513,6 +513,7 @@ bool ManagerImpl::destroy(const std::string& conversation, bool keep_snapshots) 
     release_lock(*sandbox);
     throw state_error(e, codes::kIoError, "could not destroy the sandbox");
   }
+  if (options_.proxy) options_.proxy->forget(sandbox->id());  // its denials go with it
   {
     std::lock_guard lock(mutex_);
     sandboxes_.erase(conversation);

@@ -8,8 +8,34 @@
 
 namespace agentbox::sandbox {
 
+std::shared_ptr<const network::Policy> ManagerImpl::policy_in_force(const std::string& sandbox,
+                                                                    const std::string& conversation, bool record) {
+  std::optional<persistence::NetworkPolicyRecord> kept;
+  if (!sandbox.empty()) kept = catalog_->network_policy(sandbox);
+  std::string key = kept ? kept->key : conversation;
+  auto policy = options_.network_policy->for_conversation(key);
+  if (!record || sandbox.empty()) return policy;
+  std::string text = policy->describe().dump();
+  if (kept && kept->policy != text)
+    spdlog::warn("sandbox {}: its network policy changed since it last ran (the policy file was edited): was {}, now {}",
+                 sandbox, kept->policy, text);
+  try {
+    if (!kept || kept->policy != text) catalog_->set_network_policy(sandbox, key, text);
+  } catch (const std::exception& e) {
+    // The policy still applies; only its record is behind (a fork made now
+    // would start under its own conversation's entry, never a wider one).
+    spdlog::warn("sandbox {}: could not record its network policy: {}", sandbox, e.what());
+  }
+  return policy;
+}
+
+void ManagerImpl::inherit_policy(const std::string& source, const std::string& fork) {
+  if (!options_.network_policy) return;
+  catalog_->inherit_network_policy(source, fork);
+}
+
 void ManagerImpl::attach_proxy(ManagedSandbox& sandbox, Box& box) {
-  auto policy = options_.network_policy->for_conversation(sandbox.conversation());
+  auto policy = policy_in_force(sandbox.id(), sandbox.conversation(), true);
   os::UniqueFd listener = box.listen_inside(kProxyPortInside);
   options_.proxy->attach(sandbox.id(), listener.release(), std::move(policy));
   spdlog::debug("sandbox {}: egress proxy on 127.0.0.1:{} inside", sandbox.id(), kProxyPortInside);
@@ -17,7 +43,10 @@ void ManagerImpl::attach_proxy(ManagedSandbox& sandbox, Box& box) {
 
 std::shared_ptr<const network::Policy> Manager::network_policy(const std::string& conversation) const {
   if (!impl_->options_.network_policy) return nullptr;
-  return impl_->options_.network_policy->for_conversation(conversation);
+  std::string id;
+  if (auto running = impl_->find(conversation)) id = running->id();
+  else if (auto record = impl_->catalog_->find_by_conversation(conversation)) id = record->id;
+  return impl_->policy_in_force(id, conversation, false);
 }
 
 std::vector<network::Denial> Manager::network_denials(const std::string& conversation,

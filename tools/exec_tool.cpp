@@ -33,23 +33,7 @@ std::string exec_text(const json& r) {
             " stderr_offset " + std::to_string(r.value("stderr_next_offset", 0));
   }
   text += "]";
-  if (r.contains("network_denied")) {
-    for (const auto& denied : r["network_denied"]) text += "\n[network denied: " + denied.value("reason", "") + "]";
-  }
   return text;
-}
-
-// What the proxy denied the box while the command ran (docs/design.md
-// section 10, "Deny reasons"): the model sees why instead of a hang. Every
-// denial of the box in that time counts (a command running beside it in
-// another session shows up here too).
-void add_denials(json& r, sandbox::Sandboxes& sandboxes, const std::string& conversation,
-                 std::chrono::system_clock::time_point since) {
-  auto denials = sandboxes.network_denials(conversation, since);
-  if (denials.empty()) return;
-  json list = json::array();
-  for (const auto& denial : denials) list.push_back({{"host", denial.host}, {"port", denial.port}, {"reason", denial.reason}});
-  r["network_denied"] = std::move(list);
 }
 
 }  // namespace
@@ -67,8 +51,9 @@ void register_exec_tool(Registry& registry, const Services& services) {
     auto started = std::chrono::system_clock::now();
     call_agent(services, context, reply, std::move(call),
                [sandboxes, conversation = context->conversation(), started](json r) {
-                 add_denials(r, *sandboxes, conversation, started);
-                 return ToolResult::ok(r, exec_text(r));
+                 std::string text = exec_text(r);
+                 add_network_denials(r, text, *sandboxes, conversation, started);
+                 return ToolResult::ok(r, text);
                });
   });
   registry.keep_session_order("exec");

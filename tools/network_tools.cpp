@@ -33,6 +33,20 @@ std::string network_text(const json& status) {
 
 }  // namespace
 
+void add_network_denials(json& result, std::string& text, sandbox::Sandboxes& sandboxes,
+                         const std::string& conversation, std::chrono::system_clock::time_point since,
+                         std::chrono::system_clock::time_point until) {
+  result.erase("network_denied");  // only the server's own record says what was denied, never the box
+  auto denials = sandboxes.network_denials(conversation, since);
+  json list = json::array();
+  for (const auto& denial : denials) {
+    if (denial.at > until) continue;
+    list.push_back({{"host", denial.host}, {"port", denial.port}, {"reason", denial.reason}});
+    text += "\n[network denied: " + denial.reason + "]";
+  }
+  if (!list.empty()) result["network_denied"] = std::move(list);
+}
+
 void register_network_tools(Registry& registry, const Services& services) {
   registry.add("network_status", [services](const json&, std::shared_ptr<CallContext> context, ToolReply reply) {
     sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);

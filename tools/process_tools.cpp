@@ -34,6 +34,18 @@ std::string output_text(const json& r) {
 
 milliseconds fixed(const json&) { return milliseconds(60'000); }
 
+// A wall-clock time the agent sent in milliseconds, taken out of the result.
+std::optional<std::chrono::system_clock::time_point> unix_time(json& r, const char* key) {
+  auto found = r.find(key);
+  if (found == r.end()) return std::nullopt;
+  std::optional<std::chrono::system_clock::time_point> at;
+  // Below 9e12 ms (year 2255): a system_clock time point holds it in nanoseconds.
+  if (found->is_number_integer() && found->get<std::int64_t>() > 0 && found->get<std::int64_t>() < 9'000'000'000'000)
+    at = std::chrono::system_clock::time_point(milliseconds(found->get<std::int64_t>()));
+  r.erase(found);
+  return at;
+}
+
 }  // namespace
 
 void register_process_tools(Registry& registry, const Services& services) {
@@ -51,9 +63,21 @@ void register_process_tools(Registry& registry, const Services& services) {
               r.value("next_cursor", json("")).dump() + "]";
     return ToolResult::ok(r, text);
   });
-  bind_agent_tool(registry, services, "process_output", "process.output",
-       [](const json& a) { return milliseconds(a.value("wait_ms", 0)) + kSlack; },
-       [](const json& r) { return ToolResult::ok(r, output_text(r)); });
+  registry.add("process_output", [services](const json& args, std::shared_ptr<CallContext> context, ToolReply reply) {
+    sandbox::Sandboxes* sandboxes = sandboxes_or_reply(services, reply);
+    if (!sandboxes) return;
+    AgentCall call{"process.output", agent_params(args), milliseconds(args.value("wait_ms", 0)) + kSlack};
+    call_agent(services, context, reply, std::move(call), [sandboxes, conversation = context->conversation()](json r) {
+      // The span the process ran in, as the box says: it can only move
+      // which of its own denials it is shown.
+      auto started = unix_time(r, "started_unix_ms"), ended = unix_time(r, "ended_unix_ms");
+      std::string text = output_text(r);
+      if (started) add_network_denials(r, text, *sandboxes, conversation, *started,
+                                       ended ? *ended : std::chrono::system_clock::time_point::max());
+      else r.erase("network_denied");
+      return ToolResult::ok(r, text);
+    });
+  });
   bind_agent_tool(registry, services, "process_wait", "process.wait",
        [](const json& a) { return milliseconds(a.value("timeout_ms", 30'000)) + kSlack; },
        [](const json& r) {

@@ -67,6 +67,14 @@ ToolResult unknown_cursor(const std::string& cursor);
 // off the dispatcher's pool, on a reused thread.
 void run_blocking(std::function<void()> job);
 
+// What the network proxy denied the conversation's box from `since` to
+// `until` (docs/design.md section 10, "Deny reasons"), as
+// result["network_denied"] [{host, port, reason}], and a line per denial
+// appended to text; nothing when there were none (network_tools.cpp).
+void add_network_denials(json& result, std::string& text, sandbox::Sandboxes& sandboxes,
+                         const std::string& conversation, std::chrono::system_clock::time_point since,
+                         std::chrono::system_clock::time_point until = std::chrono::system_clock::time_point::max());
+
 // The sandboxes, or null after replying with the error result: none on this
 // server (SANDBOX_UNAVAILABLE), or the manager could not start.
 sandbox::Sandboxes* sandboxes_or_reply(const Services& services, const ToolReply& reply);

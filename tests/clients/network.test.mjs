@@ -85,6 +85,27 @@ test('allowed hosts answer, denied ones say why, secrets stay outside the box', 
   assert.ok(status.denied.some((d) => d.host === 'blocked.test' && d.port === 443 && d.at.endsWith('Z')));
 });
 
+test('a background process that is denied says so in its process_output, and only in its own', async (t) => {
+  const port = await origin(t);
+  const server = await serve(t, port);
+  const started = await call(server, 'process_start', { command: 'curl -sS -o /dev/null http://refused.test/' });
+  const id = started.structuredContent.process_id;
+  await call(server, 'process_wait', { process_id: id, timeout_ms: 30_000 });
+  let r = await call(server, 'process_output', { process_id: id });
+  assert.deepEqual(r.structuredContent.network_denied?.map((d) => [d.host, d.port]), [['refused.test', 80]]);
+  assert.match(r.content[0].text, /network denied: .*refused\.test/);
+  assert.equal(r.structuredContent.started_unix_ms, undefined, 'the span stays between agent and server');
+  // A denial after the process ended is not its.
+  await call(server, 'exec', { command: 'curl -sS -o /dev/null http://later.test/' });
+  r = await call(server, 'process_output', { process_id: id });
+  assert.deepEqual(r.structuredContent.network_denied.map((d) => d.host), ['refused.test']);
+  const quiet = await call(server, 'process_start', { command: `curl -sS http://origin.test:${port}/ok` });
+  await call(server, 'process_wait', { process_id: quiet.structuredContent.process_id, timeout_ms: 30_000 });
+  r = await call(server, 'process_output', { process_id: quiet.structuredContent.process_id });
+  assert.equal(r.structuredContent.stdout, 'origin saw /ok auth=none');
+  assert.equal(r.structuredContent.network_denied, undefined);
+});
+
 test('network_status without the proxy says there is no network', async (t) => {
   const server = await startServer({ testTools: false });
   t.after(() => server.close());

@@ -34,6 +34,7 @@ namespace {
 // /headers   the path and every header as received
 // /big?N     N MiB of a fixed pattern;  /redirect?URL  a 302 to URL
 // /hang      answers after 30 s;        POST           the body's sha256
+// /chunked   "hello chunked world" in three chunks
 const char* kOrigin = R"(import hashlib, http.server, ssl, sys, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -44,6 +45,14 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def do_GET(self):
+        if self.path.startswith("/chunked"):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b"hello ", b"chunked ", b"world"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+            return
         if self.path.startswith("/big"):
             n = int(self.path.split("?")[1]) << 20
             self.send_response(200)
@@ -486,4 +495,18 @@ TEST_CASE("the proxy's end does not wait for origins or tunnels", "[proxy]") {
   while (std::fgets(line, sizeof line, held)) ends += line;
   pclose(held);
   CHECK_THAT(ends, Catch::Matches("closed after 0\\.\\d s\nclosed after 0\\.\\d s\n"));
+}
+
+// HTTP/1.0 has no chunked coding: a chunked answer reaches a 1.0 client as
+// its plain body, ended by the connection's close.
+TEST_CASE("an HTTP/1.0 client gets a chunked answer unchunked", "[proxy]") {
+  Fixture f;
+  f.attach(f.standard_policy());
+  std::string raw = f.curl("--raw -i --http1.0 " + f.http("allowed.test", "/chunked"));
+  CHECK_THAT(raw, Catch::StartsWith("HTTP/1.1 200") && Catch::EndsWith("\r\n\r\nhello chunked world"));
+  CHECK_THAT(raw, !Catch::Contains("chunked\r\n", Catch::CaseSensitive::No) && Catch::Contains("Connection: close"));
+  // An HTTP/1.1 client gets it chunked (Beast may cut the chunks anew).
+  CHECK_THAT(f.curl("--raw -i " + f.http("allowed.test", "/chunked")),
+             Catch::Contains("Transfer-Encoding: chunked") && Catch::EndsWith("\r\n0\r\n\r\n"));
+  CHECK(f.curl(f.http("allowed.test", "/chunked")) == "hello chunked world");
 }

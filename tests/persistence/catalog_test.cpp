@@ -126,6 +126,37 @@ TEST_CASE("conversations map to one sandbox with its sessions and snapshots, acr
   fs::remove_all(dir);
 }
 
+// The network policy a sandbox runs under (docs/network.md, "The policy in
+// force"): kept across reopen, inherited by a fork, gone with its sandbox.
+TEST_CASE("a sandbox's network policy row is kept, inherited by a fork and removed with the sandbox") {
+  fs::path dir = temp_dir("network-policy");
+  {
+    Catalog c(dir / "c.db");
+    std::string id = c.sandbox_for("conv-1", [] { return std::string("src"); }).id;
+    CHECK_FALSE(c.network_policy(id));
+    c.set_network_policy(id, "conv-1", R"({"allow":["a.test"]})");
+    c.inherit_network_policy(id, "fork1");
+    c.inherit_network_policy("no-such-sandbox", "fork2");  // nothing to inherit: no row
+    CHECK_FALSE(c.network_policy("fork2"));
+  }
+  Catalog c(dir / "c.db");
+  auto kept = c.network_policy("src");
+  REQUIRE(kept);
+  CHECK(kept->key == "conv-1");
+  CHECK(kept->policy == R"({"allow":["a.test"]})");
+  CHECK_FALSE(kept->applied_at.empty());
+  auto inherited = c.network_policy("fork1");
+  REQUIRE(inherited);
+  CHECK(inherited->key == "conv-1");  // the source's conversation entry, not the fork's own
+  c.set_network_policy("src", "conv-1", R"({"allow":["b.test"]})");
+  CHECK(c.network_policy("src")->policy == R"({"allow":["b.test"]})");
+  CHECK(c.network_policy("fork1")->policy == R"({"allow":["a.test"]})");
+  c.remove_sandbox("src");
+  CHECK_FALSE(c.network_policy("src"));
+  CHECK(c.network_policy("fork1"));
+  fs::remove_all(dir);
+}
+
 // The stored words are the on-disk format: a state directory of any earlier
 // version must read the same, and one written by a newer version with a
 // state this build does not know keeps that text.

@@ -138,3 +138,69 @@ TEST_CASE("the proxy comes back with the box after an idle teardown and restore"
   REQUIRE(f.manager->teardown("test"));
   CHECK(out(f, url) == "origin saw /again auth=None");
 }
+
+// The policy in force is kept with the conversation (docs/network.md, "The
+// policy in force"): a fork runs under its source's `conversations` entry
+// (its own name has none), and a server started again on the same state
+// directory applies it again.
+TEST_CASE("a fork runs under its source's proxy policy, and a restarted server applies it again") {
+  std::string why;
+  if (!sandboxes_supported(why)) FAIL(why);
+  Origin origin;
+  std::string port = std::to_string(origin.port());
+  auto with_entry = [&] {
+    ManagerOptions o = proxy_options(origin.port(), ManagerOptions::Spare::None);
+    json policy = {{"allow", {"origin.test:" + port}},
+                   {"resolve", {{"origin.test", "127.0.0.1"}, {"extra.test", "127.0.0.1"}}},
+                   {"conversations", {{"source", {{"allow", {"extra.test:" + port}}}}}}};
+    o.network_policy = std::make_shared<const network::PolicyFile>(network::PolicyFile::parse(policy, "test policy"));
+    return o;
+  };
+  SandboxFixture f(with_entry());
+  std::string extra = "curl -sS -w ' %{http_code}' http://extra.test:" + port + "/x";
+  REQUIRE(f.exec(extra, {}, "source")["stdout"] == "origin saw /x auth=None 200");
+  CHECK(f.exec(extra, {}, "other")["stdout"].get<std::string>().find(" 403") != std::string::npos);
+
+  auto forked = f.manager->fork("source", "", "forked", 1);
+  REQUIRE(forked.forks.size() == 1);
+  CHECK(f.exec(extra, {}, "forked")["stdout"] == "origin saw /x auth=None 200");
+  auto network = f.manager->network_policy("forked");
+  REQUIRE(network);
+  CHECK(network->describe()["allow"].dump().find("extra.test") != std::string::npos);
+
+  ManagerOptions again = with_entry();
+  again.state_dir = f.state_dir;
+  again.agent_binary = f.manager->options().agent_binary;
+  f.manager.reset();
+  f.manager = std::make_unique<Manager>(again);
+  CHECK(f.exec(extra, {}, "forked")["stdout"] == "origin saw /x auth=None 200");
+  CHECK(f.exec(extra, {}, "other")["stdout"].get<std::string>().find(" 403") != std::string::npos);
+}
+
+// A background process's span is in process.output (the server shows the
+// denials of that span, tools/process_tools.cpp); a destroyed box's
+// denials go with it, a stopped one's stay.
+TEST_CASE("a background process reports its span, and denials outlive a teardown but not a destroy") {
+  std::string why;
+  if (!sandboxes_supported(why)) FAIL(why);
+  Origin origin;
+  SandboxFixture f(proxy_options(origin.port(), ManagerOptions::Spare::None));
+  auto before = std::chrono::system_clock::now() - std::chrono::seconds(1);
+  json started = f.call("process.start", {{"command", "curl -sS http://denied.test/"}});
+  std::string id = started["process_id"];
+  f.call("process.wait", {{"process_id", id}, {"timeout_ms", 30000}});
+  json output = f.call("process.output", {{"process_id", id}});
+  REQUIRE(output.contains("started_unix_ms"));
+  REQUIRE(output.contains("ended_unix_ms"));
+  auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  CHECK(output["started_unix_ms"].get<std::int64_t>() <= output["ended_unix_ms"].get<std::int64_t>());
+  CHECK(output["ended_unix_ms"].get<std::int64_t>() <= now_ms);
+  CHECK(now_ms - output["started_unix_ms"].get<std::int64_t>() < 60'000);
+  REQUIRE(f.manager->network_denials("test", before).size() == 1);
+
+  REQUIRE(f.manager->teardown("test"));
+  CHECK(f.manager->network_denials("test", before).size() == 1);
+  REQUIRE(f.manager->destroy("test", /*keep_snapshots=*/true));  // the sandbox id stays with the conversation
+  CHECK(f.manager->network_denials("test", before).empty());
+}
