@@ -4,7 +4,8 @@
 // (docs/benchmarks.md, "Network proxy": a CONNECT tunnel 0.98x a direct
 // 100 MB download, plain HTTP through Beast's relay 0.50x). Beast parses and
 // writes HTTP; the first TLS record of a tunnel is read by OpenSSL
-// (tls_hello.h); everything else is bytes moved.
+// (tls_hello.h); an intercepted host's TLS is OpenSSL's through Asio
+// (proxy_intercept.cpp); everything else is bytes moved.
 #include "network/proxy.h"
 
 #include "network/proxy_io.h"
@@ -67,6 +68,7 @@ struct Proxy::Impl {
     std::uint64_t generation = 0;
   };
 
+  std::unique_ptr<Interceptor> interceptor;  // null without a CA
   asio::io_context io{1};
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::thread thread;
@@ -116,7 +118,7 @@ asio::awaitable<void> Proxy::Impl::accept_loop(std::string sandbox, std::shared_
     }
     auto link = std::make_shared<Link>(std::move(socket));
     box.connections.insert(link);
-    Session session{sandbox, box.policy,
+    Session session{sandbox, box.policy, interceptor.get(),
                     [this](const std::string& s, const std::string& h, std::uint16_t p, const std::string& r) {
                       deny(s, h, p, r);
                     }};
@@ -136,7 +138,8 @@ asio::awaitable<void> Proxy::Impl::accept_loop(std::string sandbox, std::shared_
   }
 }
 
-Proxy::Proxy() : impl_(std::make_unique<Impl>()) {
+Proxy::Proxy(std::shared_ptr<CertificateAuthority> ca) : impl_(std::make_unique<Impl>()) {
+  if (ca) impl_->interceptor = std::make_unique<Interceptor>(std::move(ca));
   impl_->thread = std::thread([io = &impl_->io] {
     for (;;) {
       try {
@@ -203,6 +206,10 @@ void Proxy::forget(const std::string& sandbox) {
   detach(sandbox);
   std::lock_guard lock(impl_->denials_mutex);
   impl_->denials.erase(sandbox);
+}
+
+std::shared_ptr<CertificateAuthority> Proxy::authority() const {
+  return impl_->interceptor ? impl_->interceptor->authority() : nullptr;
 }
 
 std::vector<Denial> Proxy::denials(const std::string& sandbox, std::chrono::system_clock::time_point since) const {

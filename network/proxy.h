@@ -12,7 +12,11 @@
 //   - CONNECT host:port: checked, answered 200, then the first TLS record is
 //     read and its server name (SNI, read by OpenSSL's client-hello callback)
 //     must name the CONNECT host, or the tunnel is closed; then bytes are
-//     relayed both ways untouched.
+//     relayed both ways untouched;
+//   - CONNECT to a host that has a secret, when the proxy has a CA: the
+//     same checks, then TLS ended here with the CA's certificate for that
+//     host, and each request inside forwarded as plain HTTP's are, over TLS
+//     to the origin, whose certificate is verified (proxy_intercept.cpp).
 // Names are resolved here (`resolve` first, then the host's resolver), and
 // every address is checked against the deny entries before connecting. A
 // denied request gets 403 with a body naming the host and the rule, and is
@@ -30,6 +34,8 @@
 
 namespace agentbox::network {
 
+class CertificateAuthority;  // network/ca.h
+
 struct Denial {
   std::string host;
   std::uint16_t port = 0;
@@ -39,8 +45,12 @@ struct Denial {
 
 class Proxy {
  public:
-  // Starts the proxy's I/O thread(s). Throws std::runtime_error.
-  Proxy();
+  // Starts the proxy's I/O thread(s). With a CA, CONNECTs to hosts with a
+  // secret are intercepted, and origins' certificates are checked against
+  // the trust store OpenSSL's default paths name now (SSL_CERT_FILE and
+  // SSL_CERT_DIR honoured); without one every CONNECT is tunnelled.
+  // Throws std::runtime_error.
+  explicit Proxy(std::shared_ptr<CertificateAuthority> ca = nullptr);
   ~Proxy();  // closes every listener and connection, joins the threads
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
@@ -58,6 +68,9 @@ class Proxy {
   // Denials for `sandbox` recorded at or after `since`, oldest first (the
   // last 64 are kept per sandbox).
   std::vector<Denial> denials(const std::string& sandbox, std::chrono::system_clock::time_point since) const;
+
+  // The CA boxes must trust for interception; null when there is none.
+  std::shared_ptr<CertificateAuthority> authority() const;
 
  private:
   struct Impl;

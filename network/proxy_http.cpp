@@ -10,6 +10,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 
@@ -29,14 +30,6 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
-constexpr std::size_t kHeaderLimit = 64 * 1024;
-constexpr std::size_t kBodyChunk = 256 * 1024;
-// Beast sizes each read by the dynamic buffer's free capacity (at least 512
-// bytes, at most 64 KiB): a buffer left at the header's size reads a body
-// 512 bytes per system call, ten times slower than a direct download.
-constexpr std::size_t kReadReserve = 64 * 1024;
-constexpr auto kRequestWait = 120s;  // for the next request on a kept-alive connection
-constexpr auto kConnectWait = 10s;
 constexpr auto kIoWait = 300s;       // any single read or write of a request or response
 constexpr auto kLinger = 2s;
 constexpr std::size_t kLingerLimit = 1 << 20;
@@ -80,13 +73,6 @@ std::string not_absolute(std::string_view target) {
            "' does not name a host[:port] the proxy can use (no user:password@, IPv6 in brackets)";
   return "agentbox network proxy: this is a proxy; send requests to it as to a proxy (an absolute http://host/path "
          "URL, as curl -x and HTTP_PROXY do), or CONNECT host:port for HTTPS; this request's target is '" + shown + "'";
-}
-
-// The Host field for a target: "host" on port 80, else "host:port".
-std::string host_field(const Target& t) {
-  std::string text = where(t);
-  if (t.port == 80) text.resize(text.size() - std::string_view(":80").size());
-  return text;
 }
 
 // Removes the hop-by-hop headers (RFC 9110 section 7.6.1) and the proxy's
@@ -162,13 +148,19 @@ asio::awaitable<void> linger(Link& link) {
   }
 }
 
+// The deadline of a stream's next operations (a TLS stream's are its socket's).
+template <class Stream>
+void expires_after(Stream& stream, std::chrono::seconds wait) {
+  beast::get_lowest_layer(stream).expires_after(wait);
+}
+
 // Moves a message's body from `in` to `out` through one buffer (Beast's relay).
-template <bool isRequest>
-asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, beast::flat_buffer& buffer,
+template <bool isRequest, class In, class Out>
+asio::awaitable<boost::system::error_code> relay_body(In& in, beast::flat_buffer& buffer,
                                                       http::parser<isRequest, http::buffer_body>& parser,
                                                       http::serializer<isRequest, http::buffer_body>& serializer,
-                                                      beast::tcp_stream& out, std::vector<char>& chunk) {
-  out.expires_after(kIoWait);
+                                                      Out& out, std::vector<char>& chunk) {
+  expires_after(out, kIoWait);
   auto [hec, hn] = co_await http::async_write_header(out, serializer, kTuple);
   if (hec) co_return hec;
   do {
@@ -176,7 +168,7 @@ asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, bea
     if (!parser.is_done()) {
       body.data = chunk.data();
       body.size = chunk.size();
-      in.expires_after(kIoWait);
+      expires_after(in, kIoWait);
       auto [rec, rn] = co_await http::async_read(in, buffer, parser, kTuple);
       if (rec == http::error::need_buffer) rec = {};
       if (rec) co_return rec;
@@ -187,7 +179,7 @@ asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, bea
       body.data = nullptr;
       body.size = 0;
     }
-    out.expires_after(kIoWait);
+    expires_after(out, kIoWait);
     auto [wec, wn] = co_await http::async_write(out, serializer, kTuple);
     if (wec == http::error::need_buffer) wec = {};
     if (wec) co_return wec;
@@ -197,8 +189,10 @@ asio::awaitable<boost::system::error_code> relay_body(beast::tcp_stream& in, bea
 
 // Relays the origin's answer (interim 1xx answers read and dropped); true
 // when the client connection may carry another request.
-asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target& target, bool head, bool client_keep,
-                                     unsigned client_version, std::vector<char>& chunk) {
+template <class Client, class Upstream>
+asio::awaitable<bool> relay_response(const Session& s, Link& link, Client& client, Upstream& upstream,
+                                     const Target& target, bool head, bool client_keep, unsigned client_version,
+                                     std::vector<char>& chunk) {
   beast::flat_buffer up_buffer;
   up_buffer.reserve(kReadReserve);
   for (;;) {
@@ -206,10 +200,10 @@ asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target&
     parser.header_limit(kHeaderLimit);
     parser.body_limit(boost::none);
     if (head) parser.skip(true);
-    link.upstream.expires_after(kIoWait);
-    auto [rec, rn] = co_await http::async_read_header(link.upstream, up_buffer, parser, kTuple);
+    expires_after(upstream, kIoWait);
+    auto [rec, rn] = co_await http::async_read_header(upstream, up_buffer, parser, kTuple);
     if (rec) {
-      co_await respond(link, http::status::bad_gateway,
+      co_await respond(link, client, http::status::bad_gateway,
                        "agentbox network proxy: " + where(target) + " sent no valid response: " + rec.message());
       co_return false;
     }
@@ -224,7 +218,7 @@ asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target&
     }
     res.keep_alive(keep);
     http::response_serializer<http::buffer_body> serializer(res);
-    if (auto ec = co_await relay_body<false>(link.upstream, up_buffer, parser, serializer, link.client, chunk)) {
+    if (auto ec = co_await relay_body<false>(upstream, up_buffer, parser, serializer, client, chunk)) {
       spdlog::debug("sandbox {}: response from {} cut: {}", s.sandbox, where(target), ec.message());
       co_return false;
     }
@@ -233,8 +227,8 @@ asio::awaitable<bool> relay_response(const Session& s, Link& link, const Target&
 }
 
 // One plain HTTP request, forwarded; false when the client connection ends.
-asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& buffer,
-                              http::request_parser<http::buffer_body>& parser, std::vector<char>& chunk) {
+asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& buffer, RequestParser& parser,
+                              std::vector<char>& chunk) {
   auto& req = parser.get();
   auto target = absolute_target(req.target());
   if (!target) {
@@ -251,35 +245,47 @@ asio::awaitable<bool> forward(const Session& s, Link& link, beast::flat_buffer& 
     co_await respond(link, refused->status, refused->text);
     co_return false;
   }
+  req.target(target->path);
+  const Target named{Policy::normalise_host(target->host), target->port, {}};
+  const bool keep = co_await exchange(s, link, link.client, buffer, parser, link.upstream, named, 80, chunk);
+  link.upstream.close();
+  co_return keep;
+}
+
+}  // namespace
+
+std::string host_field(const Target& t, std::uint16_t default_port) {
+  std::string text = where(t);
+  if (t.port == default_port) text.resize(text.size() - 1 - std::to_string(default_port).size());
+  return text;
+}
+
+template <class Client, class Upstream>
+asio::awaitable<bool> exchange(const Session& s, Link& link, Client& client, beast::flat_buffer& buffer,
+                               RequestParser& parser, Upstream& upstream, const Target& named,
+                               std::uint16_t default_port, std::vector<char>& chunk) {
+  auto& req = parser.get();
   const bool client_keep = req.keep_alive();
   const unsigned client_version = req.version();
   const bool head = req.method() == http::verb::head;
   const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
   drop_hop_by_hop(req);
   req.erase(http::field::expect);  // answered here, below
-  req.target(target->path);
-  // The name as the policy saw it (lower case, no trailing dot), the same
-  // one the secret is chosen by.
-  const Target named{Policy::normalise_host(target->host), target->port, {}};
-  req.set(http::field::host, host_field(named));
+  req.set(http::field::host, host_field(named, default_port));
   if (const Secret* secret = s.policy->secret_for(named.host)) add_secret(req, *secret);
   req.keep_alive(false);  // one origin connection per request: no reuse to get wrong
   if (expect_continue) {
-    link.client.expires_after(kConnectWait);
-    auto [cec, cn] = co_await asio::async_write(link.client, asio::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), kTuple);
+    expires_after(client, kConnectWait);
+    auto [cec, cn] = co_await asio::async_write(client, asio::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), kTuple);
     if (cec) co_return false;
   }
   http::request_serializer<http::buffer_body> serializer(req);
-  if (auto ec = co_await relay_body<true>(link.client, buffer, parser, serializer, link.upstream, chunk)) {
-    spdlog::debug("sandbox {}: request to {} cut: {}", s.sandbox, where(*target), ec.message());
+  if (auto ec = co_await relay_body<true>(client, buffer, parser, serializer, upstream, chunk)) {
+    spdlog::debug("sandbox {}: request to {} cut: {}", s.sandbox, where(named), ec.message());
     co_return false;
   }
-  const bool keep = co_await relay_response(s, link, *target, head, client_keep, client_version, chunk);
-  link.upstream.close();
-  co_return keep;
+  co_return co_await relay_response(s, link, client, upstream, named, head, client_keep, client_version, chunk);
 }
-
-}  // namespace
 
 std::optional<Target> split_authority(std::string_view authority, std::uint16_t default_port) {
   Target t;
@@ -364,15 +370,20 @@ asio::awaitable<std::optional<Refusal>> connect_upstream(const Session& s, const
   co_return std::nullopt;
 }
 
-asio::awaitable<void> respond(Link& link, http::status status, const std::string& text) {
+template <class Client>
+asio::awaitable<void> respond(Link& link, Client& client, http::status status, const std::string& text) {
   http::response<http::string_body> res{status, 11};
   res.set(http::field::content_type, "text/plain; charset=utf-8");
   res.set(http::field::connection, "close");
   res.body() = text + "\n";
   res.prepare_payload();
-  link.client.expires_after(kConnectWait);
-  auto [ec, n] = co_await http::async_write(link.client, res, kTuple);
+  expires_after(client, kConnectWait);
+  auto [ec, n] = co_await http::async_write(client, res, kTuple);
   if (!ec) co_await linger(link);
+}
+
+asio::awaitable<void> respond(Link& link, http::status status, const std::string& text) {
+  co_await respond(link, link.client, status, text);
 }
 
 asio::awaitable<void> serve_connection(Session session, std::shared_ptr<Link> link) {
@@ -380,7 +391,7 @@ asio::awaitable<void> serve_connection(Session session, std::shared_ptr<Link> li
   buffer.reserve(kReadReserve);
   std::vector<char> chunk(kBodyChunk);
   for (;;) {
-    http::request_parser<http::buffer_body> parser;
+    RequestParser parser;
     parser.header_limit(kHeaderLimit);
     parser.body_limit(boost::none);
     link->client.expires_after(kRequestWait);
@@ -403,5 +414,12 @@ asio::awaitable<void> serve_connection(Session session, std::shared_ptr<Link> li
     if (!co_await forward(session, *link, buffer, parser, chunk)) co_return;
   }
 }
+
+// Plain HTTP's and interception's (proxy_io.h).
+template asio::awaitable<bool> exchange(const Session&, Link&, beast::tcp_stream&, beast::flat_buffer&, RequestParser&,
+                                        beast::tcp_stream&, const Target&, std::uint16_t, std::vector<char>&);
+template asio::awaitable<bool> exchange(const Session&, Link&, TlsStream&, beast::flat_buffer&, RequestParser&,
+                                        TlsStream&, const Target&, std::uint16_t, std::vector<char>&);
+template asio::awaitable<void> respond(Link&, TlsStream&, http::status, const std::string&);
 
 }  // namespace agentbox::network

@@ -1,29 +1,70 @@
 // One connection from a box to its proxy (proxy.h): plain HTTP requests
-// forwarded to their origin, or one CONNECT tunnel (proxy_http.cpp,
-// proxy_tunnel.cpp). Runs on the proxy's I/O thread; nothing here is
+// forwarded to their origin, one CONNECT tunnel, or one intercepted TLS
+// connection to a host that has a secret (proxy_http.cpp, proxy_tunnel.cpp,
+// proxy_intercept.cpp). Runs on the proxy's I/O thread; nothing here is
 // thread-safe.
 #pragma once
 
+#include "network/ca.h"
 #include "network/policy.h"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace agentbox::network {
+
+inline constexpr std::size_t kHeaderLimit = 64 * 1024;
+inline constexpr std::size_t kBodyChunk = 256 * 1024;
+// Beast sizes each read by the dynamic buffer's free capacity (at least 512
+// bytes, at most 64 KiB): a buffer left at the header's size reads a body
+// 512 bytes per system call, ten times slower than a direct download.
+inline constexpr std::size_t kReadReserve = 64 * 1024;
+inline constexpr std::chrono::seconds kRequestWait{120};  // for the next request on a kept-alive connection
+inline constexpr std::chrono::seconds kConnectWait{10};   // a connect, a TLS handshake, a short answer
+
+// TLS over a Link's socket (a reference: Link::close() still ends it).
+using TlsStream = boost::asio::ssl::stream<boost::beast::tcp_stream&>;
+using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
+
+// The TLS contexts of interception (proxy_intercept.cpp): one server context
+// per intercepted host, holding the CA's leaf for it (made on first use and
+// kept: the hosts are the policy's secret hosts, a bounded set), and one
+// client context for the origins, which trusts what OpenSSL's default paths
+// name when the proxy starts (SSL_CERT_FILE and SSL_CERT_DIR honoured).
+class Interceptor {
+ public:
+  explicit Interceptor(std::shared_ptr<CertificateAuthority> ca);  // throws std::runtime_error
+  boost::asio::ssl::context& server_for(const std::string& host);  // throws CaError, std::system_error
+  boost::asio::ssl::context& client() { return client_; }
+  const std::shared_ptr<CertificateAuthority>& authority() const { return ca_; }
+
+ private:
+  std::shared_ptr<CertificateAuthority> ca_;
+  boost::asio::ssl::context client_;
+  std::map<std::string, std::unique_ptr<boost::asio::ssl::context>> servers_;
+};
 
 struct Session {
   std::string sandbox;
   std::shared_ptr<const Policy> policy;
+  Interceptor* interceptor = nullptr;  // null: no CA, every CONNECT is tunnelled untouched
   // Records a denial for the sandbox (host, port, the sentence the 403 gives).
   std::function<void(const std::string& sandbox, const std::string& host, std::uint16_t port, const std::string& reason)>
       deny;
@@ -78,11 +119,37 @@ boost::asio::awaitable<std::optional<Refusal>> connect_upstream(const Session& s
 
 // Answers with a text/plain sentence and Connection: close, then lets the
 // client read it (see linger in proxy_http.cpp). The connection ends after.
+// `client` is link.client or TLS over it.
+template <class Client>
+boost::asio::awaitable<void> respond(Link& link, Client& client, boost::beast::http::status status,
+                                     const std::string& text);
 boost::asio::awaitable<void> respond(Link& link, boost::beast::http::status status, const std::string& text);
+
+// The Host field for a target: "host" on the scheme's default port, else "host:port".
+std::string host_field(const Target& target, std::uint16_t default_port);
+
+// Sends the request whose header `parser` has read from `client` to the
+// origin on `upstream` (connected; for HTTPS past its handshake) and streams
+// the answer back: hop-by-hop headers removed, Host set to `named` (the
+// name as the policy saw it: lower case, no trailing dot), and when `named`
+// has a secret, its header set and its placeholder replaced. The target is
+// left as the caller set it. True when the client connection may carry
+// another request. Instantiated in proxy_http.cpp for plain HTTP (both
+// tcp_stream) and interception (both TlsStream).
+template <class Client, class Upstream>
+boost::asio::awaitable<bool> exchange(const Session& s, Link& link, Client& client, boost::beast::flat_buffer& buffer,
+                                      RequestParser& parser, Upstream& upstream, const Target& named,
+                                      std::uint16_t default_port, std::vector<char>& chunk);
 
 // The CONNECT tunnel, once its request is read (proxy_tunnel.cpp); `buffer`
 // holds whatever the client sent after the request.
 boost::asio::awaitable<void> tunnel(const Session& s, Link& link, boost::beast::flat_buffer& buffer,
                                     std::string_view authority);
+
+// An intercepted CONNECT (proxy_intercept.cpp), once it is answered 200 and
+// `hello` (everything the client sent since) holds a ClientHello naming
+// `named`: TLS ended here with the CA's leaf, then each request forwarded
+// over its own TLS connection to the origin, its certificate verified.
+boost::asio::awaitable<void> intercept(const Session& s, Link& link, const Target& named, std::string hello);
 
 }  // namespace agentbox::network

@@ -2,7 +2,8 @@
 // TLS record read until OpenSSL has the ClientHello (tls_hello.h), its
 // server name held against the CONNECT host, then bytes relayed both ways
 // untouched, each half-close passed on, until both sides are done or nothing
-// has moved for kTunnelIdle.
+// has moved for kTunnelIdle. A host with a secret is not connected here but
+// intercepted once its hello has passed the same check (proxy_intercept.cpp).
 #include "network/proxy_io.h"
 #include "network/tls_hello.h"
 
@@ -108,9 +109,15 @@ asio::awaitable<void> tunnel(const Session& s, Link& link, boost::beast::flat_bu
     co_await respond(link, http::status::forbidden, *denied);
     co_return;
   }
-  if (auto refused = co_await connect_upstream(s, *target, link)) {
-    co_await respond(link, refused->status, refused->text);
-    co_return;
+  const std::string host = Policy::normalise_host(target->host);
+  // A host with a secret is intercepted when there is a CA: each request
+  // inside makes its own origin connection, so none is made here.
+  const bool intercepted = s.interceptor && s.policy->secret_for(host);
+  if (!intercepted) {
+    if (auto refused = co_await connect_upstream(s, *target, link)) {
+      co_await respond(link, refused->status, refused->text);
+      co_return;
+    }
   }
   link.client.expires_after(kHelloWait);
   auto [wec, wn] = co_await asio::async_write(
@@ -122,10 +129,16 @@ asio::awaitable<void> tunnel(const Session& s, Link& link, boost::beast::flat_bu
   buffer.consume(buffer.size());
   auto read = co_await read_hello(link, hello);
   if (!read) co_return;  // the client gave up: nothing went upstream
-  const std::string host = Policy::normalise_host(target->host);
   if (std::string why = mismatch(*read, *target, host); !why.empty()) {
     s.deny(s.sandbox, host, target->port, why);
     co_return;  // closed before a byte went upstream
+  }
+  if (intercepted) {
+    // A named Target, not a temporary: GCC 12 destroys a temporary in a
+    // co_await's arguments twice.
+    const Target named{host, target->port, {}};
+    co_await intercept(s, link, named, std::move(hello));
+    co_return;
   }
 
   link.upstream.expires_after(kHelloWait);
