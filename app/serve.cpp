@@ -9,6 +9,7 @@
 #include "server/mcp_server.h"
 #include "server/transport.h"
 #include "contract/errors.h"
+#include "network/ca.h"
 #include "network/policy.h"
 #include "network/proxy.h"
 #include "sandbox/manager.h"
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <pthread.h>
 #include <thread>
 #include <unistd.h>
@@ -69,7 +71,14 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.network_host = options->network == "host";
   if (policy) {
     sandbox_options.network_policy = policy;
-    sandbox_options.proxy = std::make_shared<network::Proxy>();  // its threads start after the mask above
+    // The CA's key stays here, outside every box's directories (docs/network.md).
+    std::shared_ptr<network::CertificateAuthority> ca;
+    try {
+      ca = network::CertificateAuthority::open(std::filesystem::path(options->state_dir) / "network-ca");
+    } catch (const network::CaError& e) {
+      throw std::invalid_argument(e.what());
+    }
+    sandbox_options.proxy = std::make_shared<network::Proxy>(ca);  // its threads start after the mask above
   }
   sandbox_options.idle_timeout = options->idle_timeout;
   sandbox_options.background_keepalive = options->background_keepalive;

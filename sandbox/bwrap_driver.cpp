@@ -1,6 +1,7 @@
 #include "sandbox/bwrap_driver.h"
 
 #include "contract/agent_methods.h"
+#include "network/ca.h"
 #include "os/errno_text.h"
 #include "persistence/sandbox_lock.h"
 #include "sandbox/disk_owner.h"
@@ -14,6 +15,8 @@
 #include <csignal>
 #include <ctime>
 #include <fcntl.h>
+#include <fstream>
+#include <iterator>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -150,6 +153,24 @@ std::vector<fs::path> entries(const fs::path& dir, const std::string& prefix = "
   return out;
 }
 
+// The host's system bundle (Debian's, then Fedora's) with the agentbox CA
+// after it: a box trusts what the host does, and the CA for the hosts the
+// proxy intercepts.
+std::shared_ptr<const CaTrust> ca_trust(const network::CertificateAuthority& ca) {
+  auto trust = std::make_shared<CaTrust>();
+  trust->certificate = ca.certificate_pem();
+  for (const char* system : {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"}) {
+    std::ifstream in(system, std::ios::binary);
+    if (!in) continue;
+    trust->bundle.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!trust->bundle.empty() && trust->bundle.back() != '\n') trust->bundle += '\n';
+    break;
+  }
+  if (trust->bundle.empty()) spdlog::warn("no system CA bundle found: boxes trust the agentbox CA alone");
+  trust->bundle += trust->certificate;
+  return trust;
+}
+
 }  // namespace
 
 std::unique_ptr<Driver> make_driver(const ManagerOptions& options, const persistence::StateLayout& layout,
@@ -177,6 +198,7 @@ BwrapDriver::BwrapDriver(const ManagerOptions& options, persistence::StateLayout
   agent_fd_ = open(agent_binary_.c_str(), O_PATH | O_CLOEXEC);
   if (agent_fd_ < 0)
     throw SandboxError(codes::kSandboxStartFailed, os::errno_text("cannot open the agent " + agent_binary_.string(), errno));
+  if (options_.proxy && options_.proxy->authority()) ca_trust_ = ca_trust(*options_.proxy->authority());
 }
 
 BwrapDriver::~BwrapDriver() { close(agent_fd_); }
@@ -209,6 +231,7 @@ BwrapOptions BwrapDriver::plan_for(const SandboxDirs& dirs) const {
   if (options_.proxy) {
     plan.proxy_port = kProxyPortInside;
     plan.secret_variables = options_.network_policy->secret_variables();
+    plan.ca_trust = ca_trust_;
   }
   plan.agent_binary = agent_binary_;
   plan.agent_fd = kAgentFdInBwrap;

@@ -78,6 +78,7 @@ class BwrapDriver final : public Driver {
   std::optional<AgentCopy> agent_copy_;
   std::filesystem::path agent_binary_;  // agent_copy_'s path
   int agent_fd_ = -1;  // O_PATH fd of agent_binary_, bound into each sandbox by bwrap
+  std::shared_ptr<const CaTrust> ca_trust_;  // with an intercepting proxy (bwrap_plan.h)
 };
 
 }  // namespace agentbox::sandbox

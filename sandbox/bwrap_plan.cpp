@@ -100,7 +100,7 @@ std::vector<std::string> bwrap_argv(const BwrapOptions& o) {
 
 std::vector<std::pair<std::string, std::string>> generated_etc_files(const BwrapOptions& o) {
   std::string uid = std::to_string(o.inner_uid), gid = std::to_string(o.inner_gid);
-  return {
+  std::vector<std::pair<std::string, std::string>> files = {
       {"passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\n"
                  "user:x:" + uid + ":" + gid + ":sandbox user:/home/user:/bin/bash\n"
                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
@@ -109,6 +109,11 @@ std::vector<std::pair<std::string, std::string>> generated_etc_files(const Bwrap
       {"hosts", "127.0.0.1 localhost " + o.hostname + "\n::1 localhost ip6-localhost ip6-loopback\n"},
       {"empty", ""},
   };
+  if (o.ca_trust) {
+    files.emplace_back(fs::path(kCaBundleInside).filename().string(), o.ca_trust->bundle);
+    files.emplace_back(fs::path(kCaInside).filename().string(), o.ca_trust->certificate);
+  }
+  return files;
 }
 
 std::vector<std::string> sandbox_environment(const BwrapOptions& o) {
@@ -127,6 +132,13 @@ std::vector<std::string> sandbox_environment(const BwrapOptions& o) {
     for (const char* name : {"no_proxy", "NO_PROXY"}) env.push_back(std::string(name) + "=localhost,127.0.0.1,::1");
     env.push_back("NODE_USE_ENV_PROXY=1");
     for (const auto& variable : o.secret_variables) env.push_back(variable + "=agentbox-secret:" + variable);
+    if (o.ca_trust) {
+      // OpenSSL (and Go, Python's ssl, curl), requests, curl, pip and git by
+      // their own variables; Node adds NODE_EXTRA_CA_CERTS to its built-in roots.
+      for (const char* name : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO"})
+        env.push_back(std::string(name) + "=" + kCaBundleInside);
+      env.push_back(std::string("NODE_EXTRA_CA_CERTS=") + kCaInside);
+    }
   }
   return env;
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,20 @@ struct SandboxDirs {
   std::optional<std::pair<unsigned, unsigned>> owner;
 };
 
+// What a box trusts for the proxy's interception of hosts with a secret
+// (docs/network.md, "HTTPS to a host with a secret"): the agentbox CA's
+// certificate alone, and the host's system bundle with it appended. Both are
+// public; the CA's key is never among a box's files.
+struct CaTrust {
+  std::string certificate;
+  std::string bundle;
+};
+
+// Where a box finds them: generated /etc files, bound read-only like the
+// others (the box's own etc directory, so a staged plan reaches them too).
+inline constexpr const char* kCaBundleInside = "/etc/agentbox-ca-bundle.pem";
+inline constexpr const char* kCaInside = "/etc/agentbox-ca.pem";
+
 struct BwrapOptions {
   std::string bwrap = "/usr/bin/bwrap";
   SandboxDirs dirs;
@@ -36,6 +51,10 @@ struct BwrapOptions {
   // these variables holds its secret's placeholder ("agentbox-secret:NAME").
   std::uint16_t proxy_port = 0;  // 0: no proxy
   std::vector<std::string> secret_variables;
+  // With a proxy that intercepts: the files above, and every command's
+  // SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, PIP_CERT and
+  // GIT_SSL_CAINFO naming the bundle, NODE_EXTRA_CA_CERTS the CA alone.
+  std::shared_ptr<const CaTrust> ca_trust;
   unsigned inner_uid = 1000;         // the uid sandboxed code sees
   unsigned inner_gid = 1000;
   std::filesystem::path agent_binary;  // host path of the agent executable

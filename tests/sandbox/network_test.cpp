@@ -3,16 +3,21 @@
 // which is the server's proxy (made in the box's namespace, net_namespace.h);
 // an allowed host is reached, a denied one gets 403 and shows up in the
 // box's denials, and there is no other way out: no route, no DNS, no UDP.
+// HTTPS to a host with a secret is intercepted with the proxy's CA, which
+// the box trusts through its environment, while the CA's key stays out.
 #include "fixture.h"
 
+#include "network/ca.h"
 #include "network/policy.h"
 #include "network/proxy.h"
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 using namespace agentbox;
 using namespace agentbox::sandbox;
@@ -21,14 +26,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A plain HTTP origin on the host's loopback: answers every GET with
-// "origin saw <path> auth=<Authorization header>".
+// An origin on the host's loopback, plain HTTP or, given a certificate and
+// its key, HTTPS: answers every GET with "origin saw <path> auth=<Authorization header>".
 class Origin {
  public:
-  Origin() {
+  explicit Origin(const std::vector<std::string>& tls = {}) {
     char tmpl[] = "/tmp/agentbox-origin-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    std::ofstream(dir_ / "origin.py") << R"(import http.server, sys
+    std::ofstream(dir_ / "origin.py") << R"(import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = ("origin saw %s auth=%s" % (self.path, self.headers.get("Authorization"))).encode()
@@ -38,6 +43,10 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a): pass
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+if len(sys.argv) > 1:
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    c.load_cert_chain(sys.argv[1], sys.argv[2])
+    s.socket = c.wrap_socket(s.socket, server_side=True)
 print(s.server_address[1], flush=True)
 s.serve_forever()
 )";
@@ -46,7 +55,8 @@ s.serve_forever()
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], 1);
-      execlp("python3", "python3", (dir_ / "origin.py").c_str(), nullptr);
+      if (tls.size() == 2) execlp("python3", "python3", (dir_ / "origin.py").c_str(), tls[0].c_str(), tls[1].c_str(), nullptr);
+      else execlp("python3", "python3", (dir_ / "origin.py").c_str(), nullptr);
       _exit(127);
     }
     close(out[1]);
@@ -71,7 +81,35 @@ s.serve_forever()
   int port_ = 0;
 };
 
-ManagerOptions proxy_options(int origin_port, ManagerOptions::Spare spare = ManagerOptions::Spare::Prepared) {
+// A test CA and a certificate it signs for secret.test (the openssl
+// command), which the server's side trusts through SSL_CERT_FILE, as a
+// server given that variable would; and the proxy's own CA, which boxes trust.
+struct Certificates {
+  Certificates() {
+    char tmpl[] = "/tmp/agentbox-certs-XXXXXX";
+    dir = mkdtemp(tmpl);
+    REQUIRE(std::system(("(cd " + dir.string() +
+                         " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=testca"
+                         " && openssl req -newkey rsa:2048 -nodes -keyout o.key -out o.csr -subj /CN=secret.test"
+                         " && printf 'subjectAltName=DNS:secret.test\\n' > san"
+                         " && openssl x509 -req -in o.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out o.pem -days 2"
+                         " -extfile san) >/dev/null 2>&1")
+                            .c_str()) == 0);
+    REQUIRE(setenv("SSL_CERT_FILE", (dir / "ca.pem").c_str(), 1) == 0);
+    authority = network::CertificateAuthority::open(dir / "network-ca");
+  }
+  ~Certificates() {
+    unsetenv("SSL_CERT_FILE");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::vector<std::string> origin() const { return {(dir / "o.pem").string(), (dir / "o.key").string()}; }
+  fs::path dir;
+  std::shared_ptr<network::CertificateAuthority> authority;
+};
+
+ManagerOptions proxy_options(int origin_port, ManagerOptions::Spare spare = ManagerOptions::Spare::Prepared,
+                             std::shared_ptr<network::CertificateAuthority> ca = nullptr) {
   json policy = {
       {"allow", {"origin.test:" + std::to_string(origin_port), "secret.test:" + std::to_string(origin_port)}},
       {"deny", {"169.254.169.254"}},
@@ -80,7 +118,7 @@ ManagerOptions proxy_options(int origin_port, ManagerOptions::Spare spare = Mana
                     {"format", "Bearer {}"}}}}};
   ManagerOptions o;
   o.spare = spare;
-  o.proxy = std::make_shared<network::Proxy>();
+  o.proxy = std::make_shared<network::Proxy>(std::move(ca));
   o.network_policy = std::make_shared<const network::PolicyFile>(network::PolicyFile::parse(
       policy, "test policy", [](const std::string& name) -> std::optional<std::string> {
         if (name == "TEST_TOKEN") return "s3cr3t-value";
@@ -203,4 +241,45 @@ TEST_CASE("a background process reports its span, and denials outlive a teardown
   CHECK(f.manager->network_denials("test", before).size() == 1);
   REQUIRE(f.manager->destroy("test", /*keep_snapshots=*/true));  // the sandbox id stays with the conversation
   CHECK(f.manager->network_denials("test", before).empty());
+}
+
+TEST_CASE("a box reaches an HTTPS host with a secret through the proxy's CA, and never holds the CA's key") {
+  std::string why;
+  if (!sandboxes_supported(why)) FAIL(why);
+  Certificates certificates;
+  Origin origin(certificates.origin());
+  std::string port = std::to_string(origin.port());
+  SandboxFixture f(proxy_options(origin.port(), ManagerOptions::Spare::None, certificates.authority));
+
+  CHECK(out(f, "echo $SSL_CERT_FILE $CURL_CA_BUNDLE $REQUESTS_CA_BUNDLE $PIP_CERT $GIT_SSL_CAINFO $NODE_EXTRA_CA_CERTS") ==
+        "/etc/agentbox-ca-bundle.pem /etc/agentbox-ca-bundle.pem /etc/agentbox-ca-bundle.pem /etc/agentbox-ca-bundle.pem "
+        "/etc/agentbox-ca-bundle.pem /etc/agentbox-ca.pem\n");
+  // No -k, no --cacert: the box's environment names the bundle.
+  CHECK(out(f, "curl -sS https://secret.test:" + port + "/tls") == "origin saw /tls auth=Bearer s3cr3t-value");
+  CHECK(out(f, "python3 -c \"import urllib.request; print(urllib.request.urlopen('https://secret.test:" + port +
+                   "/py').read().decode())\"") == "origin saw /py auth=Bearer s3cr3t-value\n");
+  // The bundle is the system's roots and the agentbox CA: other hosts verify as before.
+  CHECK(out(f, "grep -c 'BEGIN CERTIFICATE' /etc/agentbox-ca.pem") == "1\n");
+  CHECK(std::stoi(out(f, "grep -c 'BEGIN CERTIFICATE' /etc/agentbox-ca-bundle.pem")) > 1);
+  CHECK(f.exec("echo x > /etc/agentbox-ca-bundle.pem")["exit_code"] != 0);  // read-only
+
+  // The key's PEM body, found where it lives (so the search works), is
+  // nowhere in the box (the host's OS directories, bound read-only, aside)
+  // and nowhere in the state directory's sandbox trees.
+  std::ifstream key_file(certificates.dir / "network-ca" / "ca.key");
+  std::string line;
+  std::getline(key_file, line);
+  REQUIRE(line == "-----BEGIN PRIVATE KEY-----");
+  std::getline(key_file, line);
+  REQUIRE(line.size() > 40);
+  std::string search = "grep -rlF -D skip -e '" + line + "' ";
+  REQUIRE(std::system((search + certificates.dir.string() + " >/dev/null").c_str()) == 0);
+  // In two halves: the command itself (kept by the agent under /run) must not hold the body.
+  const std::size_t half = line.size() / 2;
+  json found = f.exec("a='" + line.substr(0, half) + "'; b='" + line.substr(half) +
+                          "'; grep -rlF -D skip -e \"$a$b\" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr "
+                          "--exclude-dir=opt 2>/dev/null; echo searched",
+                      {{"timeout_ms", 120'000}});
+  CHECK(found["stdout"] == "searched\n");
+  CHECK(std::system((search + f.state_dir.string() + " >/dev/null").c_str()) != 0);
 }
