@@ -67,6 +67,14 @@ std::string handshake_failure(TlsStream& origin, const boost::system::error_code
   return "the TLS handshake failed (" + ec.message() + ")";
 }
 
+// TLS writes a message as several records (a header, then the body): with
+// Nagle's algorithm the later ones wait for the peer's delayed ACK, 40 ms
+// each (measured: +72 ms on a small GET before this).
+void no_delay(beast::tcp_stream& stream) {
+  boost::system::error_code ignored;
+  stream.socket().set_option(asio::ip::tcp::no_delay(true), ignored);
+}
+
 bool client_ended(const boost::system::error_code& ec) {
   return ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
          ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
@@ -102,6 +110,7 @@ asio::awaitable<bool> serve_request(const Session& s, Link& link, TlsStream& box
     co_await respond(link, box, refused->status, refused->text);
     co_return false;
   }
+  no_delay(link.upstream);
   TlsStream origin(link.upstream, s.interceptor->client());
   if (!name_origin(origin, named.host)) {
     co_await respond(link, box, http::status::bad_gateway,
@@ -152,6 +161,7 @@ asio::awaitable<void> intercept(const Session& s, Link& link, const Target& name
     spdlog::error("sandbox {}: no certificate for {}: {}", s.sandbox, named.host, e.what());
     co_return;
   }
+  no_delay(link.client);
   TlsStream box(link.client, *context);
   link.client.expires_after(kConnectWait);
   // The hello already read is handed to OpenSSL as the handshake's start.
