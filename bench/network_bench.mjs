@@ -6,8 +6,11 @@
 //      inside a box vs curl on the host straight to the origin;
 //   2. latency: the p50 of 50 small GETs (curl's time_total) through the
 //      proxy vs direct;
-// both for plain HTTP and for HTTPS through a CONNECT tunnel (the origin's
-// certificate from a test CA made with openssl here).
+// for plain HTTP, for HTTPS through a CONNECT tunnel (the origin's
+// certificate from a test CA made with openssl here), and for HTTPS to a
+// host with a secret, which the proxy intercepts (the box trusts the
+// proxy's CA through its environment; the server trusts the test CA
+// through SSL_CERT_FILE); each against direct TLS to the same origin.
 // Usage: node bench/network_bench.mjs [--bin build/agentbox] [--mb 100] [--rounds 3] [--json]
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -42,7 +45,7 @@ const work = mkdtempSync(join(tmpdir(), 'agentbox-netbench-'));
 const openssl = (...args) => execFileSync('openssl', args, { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });
 openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=bench CA');
 openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'origin.key', '-out', 'origin.csr', '-subj', '/CN=origin.test');
-writeFileSync(join(work, 'san.ext'), 'subjectAltName=DNS:origin.test\n');
+writeFileSync(join(work, 'san.ext'), 'subjectAltName=DNS:origin.test,DNS:secret.test\n');
 openssl('x509', '-req', '-in', 'origin.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'origin.pem', '-days', '2', '-extfile', 'san.ext');
 
 const chunk = Buffer.alloc(1 << 20, 'x');
@@ -68,12 +71,14 @@ const httpPort = await listen(http);
 const httpsPort = await listen(https);
 
 writeFileSync(join(work, 'policy.json'), JSON.stringify({
-  allow: [`origin.test:${httpPort}`, `origin.test:${httpsPort}`],
-  resolve: { 'origin.test': '127.0.0.1' },
+  allow: [`origin.test:${httpPort}`, `origin.test:${httpsPort}`, `secret.test:${httpsPort}`],
+  resolve: { 'origin.test': '127.0.0.1', 'secret.test': '127.0.0.1' },
+  secrets: [{ host: 'secret.test', header: 'Authorization', value_from_env: 'BENCH_TOKEN', format: 'Bearer {}' }],
 }));
 const transport = new StdioClientTransport({
   command: BIN,
   args: ['serve', '--state-dir', join(work, 'state'), '--network', 'proxy', '--network-policy', join(work, 'policy.json')],
+  env: { PATH: process.env.PATH, HOME: process.env.HOME ?? '/root', BENCH_TOKEN: 'bench', SSL_CERT_FILE: join(work, 'ca.pem') },
   stderr: 'pipe',
 });
 const client = new Client({ name: 'network-bench', version: '0' }, { capabilities: {} });
@@ -87,18 +92,22 @@ async function inBox(command) {
 // The CA file goes into the box through the workspace (the box cannot read the host's /tmp).
 await client.callTool({ name: 'file_write', arguments: { path: '/workspace/ca.pem', content: readFileSync(join(work, 'ca.pem'), 'utf8') } });
 
-const curlBig = (url, direct) =>
-  `curl -sS --cacert ${direct ? join(work, 'ca.pem') : '/workspace/ca.pem'} ${direct ? `--resolve origin.test:${new URL(url).port}:127.0.0.1` : ''} -o /dev/null -w '%{speed_download}' ${url}`;
+// In the box an intercepted host is trusted through the box's own bundle (SSL_CERT_FILE).
+const trust = (url, direct) =>
+  direct ? `--cacert ${join(work, 'ca.pem')} --resolve ${new URL(url).hostname}:${new URL(url).port}:127.0.0.1`
+    : new URL(url).hostname === 'secret.test' ? '' : '--cacert /workspace/ca.pem';
+const curlBig = (url, direct) => `curl -sS ${trust(url, direct)} -o /dev/null -w '%{speed_download}' ${url}`;
 const curlSmall = (url, direct) =>
-  `for i in $(seq 50); do curl -sS --cacert ${direct ? join(work, 'ca.pem') : '/workspace/ca.pem'} ${direct ? `--resolve origin.test:${new URL(url).port}:127.0.0.1` : ''} -o /dev/null -w '%{time_total}\\n' ${url}; done`;
+  `for i in $(seq 50); do curl -sS ${trust(url, direct)} -o /dev/null -w '%{time_total}\\n' ${url}; done`;
 // Asynchronous: the origins run in this process, so a synchronous child would wait on itself.
 const host = async (command) =>
   (await promisify(execFile)('bash', ['-c', command], { encoding: 'utf8', env: { PATH: process.env.PATH }, maxBuffer: 1 << 20 })).stdout;
 
 const results = {};
-for (const [scheme, port] of [['http', httpPort], ['https', httpsPort]]) {
-  const big = `${scheme}://origin.test:${port}/big`;
-  const small = `${scheme}://origin.test:${port}/small`;
+for (const [label, scheme, name, port] of [['http', 'http', 'origin.test', httpPort], ['https', 'https', 'origin.test', httpsPort],
+  ['https-intercepted', 'https', 'secret.test', httpsPort]]) {
+  const big = `${scheme}://${name}:${port}/big`;
+  const small = `${scheme}://${name}:${port}/small`;
   const proxied = [], direct = [], proxiedMs = [], directMs = [];
   for (let round_ = 0; round_ < ROUNDS; round_++) {
     direct.push(Number(await host(curlBig(big, true))));
@@ -106,7 +115,7 @@ for (const [scheme, port] of [['http', httpPort], ['https', httpsPort]]) {
     directMs.push(...(await host(curlSmall(small, true))).trim().split('\n').map((s) => Number(s) * 1000));
     proxiedMs.push(...(await inBox(curlSmall(small, false))).trim().split('\n').map((s) => Number(s) * 1000));
   }
-  results[scheme] = {
+  results[label] = {
     direct_mb_s: round(median(direct) / 1e6, 1),
     proxy_mb_s: round(median(proxied) / 1e6, 1),
     throughput_ratio: round(median(proxied) / median(direct)),
