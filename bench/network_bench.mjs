@@ -92,10 +92,13 @@ async function inBox(command) {
 // The CA file goes into the box through the workspace (the box cannot read the host's /tmp).
 await client.callTool({ name: 'file_write', arguments: { path: '/workspace/ca.pem', content: readFileSync(join(work, 'ca.pem'), 'utf8') } });
 
-// In the box an intercepted host is trusted through the box's own bundle (SSL_CERT_FILE).
+// Each curl trusts one CA, so each loads the same small file: in the box an
+// intercepted host is checked against the proxy's CA alone (/etc/agentbox-ca.pem),
+// not the bundle SSL_CERT_FILE names, whose ~140 roots curl would parse on every
+// run (~25 ms, the box's cost rather than the proxy's).
 const trust = (url, direct) =>
   direct ? `--cacert ${join(work, 'ca.pem')} --resolve ${new URL(url).hostname}:${new URL(url).port}:127.0.0.1`
-    : new URL(url).hostname === 'secret.test' ? '' : '--cacert /workspace/ca.pem';
+    : new URL(url).hostname === 'secret.test' ? '--cacert /etc/agentbox-ca.pem' : '--cacert /workspace/ca.pem';
 const curlBig = (url, direct) => `curl -sS ${trust(url, direct)} -o /dev/null -w '%{speed_download}' ${url}`;
 const curlSmall = (url, direct) =>
   `for i in $(seq 50); do curl -sS ${trust(url, direct)} -o /dev/null -w '%{time_total}\\n' ${url}; done`;
