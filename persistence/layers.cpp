@@ -1,6 +1,8 @@
 // Incremental snapshots inside the helper (layers.h).
 #include "persistence/layers.h"
 
+#include <thread>
+
 #include "os/errno_text.h"
 #include "persistence/archive_local.h"
 #include "persistence/archive_rules.h"
@@ -15,6 +17,7 @@
 #include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
+#include <thread>
 #include <unistd.h>
 
 namespace agentbox::persistence::layers {
@@ -289,13 +292,22 @@ void write_tree_baseline(const fs::path& root, const std::vector<std::string>& t
   if (fd < 0) throw ArchiveError(os::errno_text("cannot open " + root.string(), errno));
   try {
     // Nothing writes these trees until they are swapped in, after this
-    // walk: only files whose ctime lies within the racy window before its
-    // end can share a timestamp tick with a later write.
+    // call: once the racy window has passed the newest ctime, no later
+    // write can share a file's timestamp tick. A small tree is walked
+    // within the window after its extraction; waiting out the rest (at most
+    // kRacyWindow) keeps every file of it inheritable, where stamping at
+    // once recorded them all as racy and the next snapshot stored the
+    // whole tree again.
     std::vector<std::pair<std::string, struct stat>> files;
+    Instant newest;
     walk_tops(fd, tops, [&](int, const std::string&, const std::string& path, const struct stat& st) {
-      if (S_ISREG(st.st_mode)) files.emplace_back(path, st);
+      if (!S_ISREG(st.st_mode)) return true;
+      files.emplace_back(path, st);
+      if (newest.at_or_before(st.st_ctim.tv_sec, st.st_ctim.tv_nsec)) newest = {st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
       return true;
     });
+    for (int i = 0; i < 10 && Instant::racy_limit().at_or_before(newest.s, newest.ns); ++i)
+      std::this_thread::sleep_for(kRacyWindow / 4);
     BaselineWriter writer(file, snapshot_id, Instant::racy_limit());
     for (const auto& [path, st] : files) writer.add(path, st);
     writer.finish();
