@@ -414,19 +414,25 @@ TEST_CASE("SIGKILL at many points during destroy leaves the old sandbox or none,
   }
   constexpr int kPoints = 40;
   int old_state = 0, new_state = 0;
-  for (int point = 0; point < kPoints; ++point) {
+  auto kill_after = [&](std::int64_t delay_us, int point) {
     layout = destroy_setup(root);
     pid = fork();
     if (pid == 0) destroy_cycle(layout, keep);
-    std::this_thread::sleep_for(std::chrono::microseconds(cycle_us * point / kPoints));
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     Catalog catalog(layout.catalog());
     auto report = recover(layout, catalog);
-    INFO("kill point " << point << " of " << kPoints);
+    INFO("kill point " << point << ", " << delay_us << " us after the fork");
     for (const auto& line : report.actions) UNSCOPED_INFO("recovery: " << line);
     (destroyed_or_intact(layout, catalog, keep) ? new_state : old_state)++;
-  }
+  };
+  // The points spread over twice the measured destroy; under load a
+  // destroy can take longer than the one measured (in CI all 40 landed
+  // before its end), so later kills follow, each twice as late, until one
+  // lands after it.
+  for (int point = 0; point < kPoints; ++point) kill_after(cycle_us * 2 * point / kPoints, point);
+  for (int extra = 0; new_state == 0 && extra < 8; ++extra) kill_after(cycle_us * (4 << extra), kPoints + extra);
   // Both outcomes must have been seen, or the points missed the destroy.
   INFO("old " << old_state << ", new " << new_state);
   CHECK(old_state > 0);
