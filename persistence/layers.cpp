@@ -1,8 +1,6 @@
 // Incremental snapshots inside the helper (layers.h).
 #include "persistence/layers.h"
 
-#include <thread>
-
 #include "os/errno_text.h"
 #include "persistence/archive_local.h"
 #include "persistence/archive_rules.h"
