@@ -3,7 +3,8 @@
 // server and a real box, as ratios against the same requests made directly
 // on the host's loopback in the same run, interleaved:
 //   1. throughput: a 100 MB body (curl to /dev/null) through the proxy from
-//      inside a box vs curl on the host straight to the origin;
+//      inside a box vs the same curl in a box on the host's network (the
+//      same CPU cap and filter) straight to the origin;
 //   2. latency: the p50 of 50 small GETs (curl's time_total) through the
 //      proxy vs direct;
 // for plain HTTP, for HTTPS through a CONNECT tunnel (the origin's
@@ -75,30 +76,45 @@ writeFileSync(join(work, 'policy.json'), JSON.stringify({
   resolve: { 'origin.test': '127.0.0.1', 'secret.test': '127.0.0.1' },
   secrets: [{ host: 'secret.test', header: 'Authorization', value_from_env: 'BENCH_TOKEN', format: 'Bearer {}' }],
 }));
-const transport = new StdioClientTransport({
-  command: BIN,
-  args: ['serve', '--state-dir', join(work, 'state'), '--network', 'proxy', '--network-policy', join(work, 'policy.json')],
-  env: { PATH: process.env.PATH, HOME: process.env.HOME ?? '/root', BENCH_TOKEN: 'bench', SSL_CERT_FILE: join(work, 'ca.pem') },
-  stderr: 'pipe',
-});
-const client = new Client({ name: 'network-bench', version: '0' }, { capabilities: {} });
-await client.connect(transport);
-await client.listTools();
-async function inBox(command) {
-  const r = await client.callTool({ name: 'exec', arguments: { command, timeout_ms: 300_000 } }, undefined, { timeout: 300_000 });
-  if (r.isError || r.structuredContent.exit_code !== 0) throw new Error(`exec failed: ${r.content[0].text}`);
-  return r.structuredContent.stdout;
+// Two servers: one in proxy mode, and one whose boxes share the host's
+// network, so "direct" is the same curl in the same kind of box (the same
+// CPU cap, all CPUs but one, and the same seccomp filter) with only the
+// proxy taken away. curl on the host is shown as well, for reference: it
+// has no cap, so against it the figure would be the box's limit, not the proxy's.
+async function server(network, extra) {
+  const transport = new StdioClientTransport({
+    command: BIN,
+    args: ['serve', '--state-dir', join(work, `state-${network}`), '--network', network, ...extra],
+    env: { PATH: process.env.PATH, HOME: process.env.HOME ?? '/root', BENCH_TOKEN: 'bench', SSL_CERT_FILE: join(work, 'ca.pem') },
+    stderr: 'pipe',
+  });
+  const client = new Client({ name: 'network-bench', version: '0' }, { capabilities: {} });
+  await client.connect(transport);
+  await client.listTools();
+  const run = async (command) => {
+    const r = await client.callTool({ name: 'exec', arguments: { command, timeout_ms: 300_000 } }, undefined, { timeout: 300_000 });
+    if (r.isError || r.structuredContent.exit_code !== 0) throw new Error(`exec failed: ${r.content[0].text}`);
+    return r.structuredContent.stdout;
+  };
+  // The CA file goes into the box through the workspace (the box cannot read the host's /tmp).
+  await client.callTool({ name: 'file_write', arguments: { path: '/workspace/ca.pem', content: readFileSync(join(work, 'ca.pem'), 'utf8') } });
+  return { client, run };
 }
-// The CA file goes into the box through the workspace (the box cannot read the host's /tmp).
-await client.callTool({ name: 'file_write', arguments: { path: '/workspace/ca.pem', content: readFileSync(join(work, 'ca.pem'), 'utf8') } });
+const proxyServer = await server('proxy', ['--network-policy', join(work, 'policy.json')]);
+const hostServer = await server('host', []);
+const inBox = proxyServer.run;
+const inHostBox = hostServer.run;
 
 // Each curl trusts one CA, so each loads the same small file: in the box an
 // intercepted host is checked against the proxy's CA alone (/etc/agentbox-ca.pem),
 // not the bundle SSL_CERT_FILE names, whose ~140 roots curl would parse on every
 // run (~25 ms, the box's cost rather than the proxy's).
-const trust = (url, direct) =>
-  direct ? `--cacert ${join(work, 'ca.pem')} --resolve ${new URL(url).hostname}:${new URL(url).port}:127.0.0.1`
-    : new URL(url).hostname === 'secret.test' ? '--cacert /etc/agentbox-ca.pem' : '--cacert /workspace/ca.pem';
+// `where`: 'host' (curl on the host), 'direct' (a box on the host's network), 'proxy'.
+const pin = (url) => `--resolve ${new URL(url).hostname}:${new URL(url).port}:127.0.0.1`;
+const trust = (url, where) =>
+  where === 'host' ? `--cacert ${join(work, 'ca.pem')} ${pin(url)}`
+    : where === 'direct' ? `--cacert /workspace/ca.pem ${pin(url)}`
+      : new URL(url).hostname === 'secret.test' ? '--cacert /etc/agentbox-ca.pem' : '--cacert /workspace/ca.pem';
 const curlBig = (url, direct) => `curl -sS ${trust(url, direct)} -o /dev/null -w '%{speed_download}' ${url}`;
 const curlSmall = (url, direct) =>
   `for i in $(seq 50); do curl -sS ${trust(url, direct)} -o /dev/null -w '%{time_total}\\n' ${url}; done`;
@@ -111,14 +127,19 @@ for (const [label, scheme, name, port] of [['http', 'http', 'origin.test', httpP
   ['https-intercepted', 'https', 'secret.test', httpsPort]]) {
   const big = `${scheme}://${name}:${port}/big`;
   const small = `${scheme}://${name}:${port}/small`;
-  const proxied = [], direct = [], proxiedMs = [], directMs = [];
+  const proxied = [], direct = [], onHost = [], proxiedMs = [], directMs = [], onHostMs = [];
+  const times = (text) => text.trim().split('\n').map((s) => Number(s) * 1000);
   for (let round_ = 0; round_ < ROUNDS; round_++) {
-    direct.push(Number(await host(curlBig(big, true))));
-    proxied.push(Number(await inBox(curlBig(big, false))));
-    directMs.push(...(await host(curlSmall(small, true))).trim().split('\n').map((s) => Number(s) * 1000));
-    proxiedMs.push(...(await inBox(curlSmall(small, false))).trim().split('\n').map((s) => Number(s) * 1000));
+    onHost.push(Number(await host(curlBig(big, 'host'))));
+    direct.push(Number(await inHostBox(curlBig(big, 'direct'))));
+    proxied.push(Number(await inBox(curlBig(big, 'proxy'))));
+    onHostMs.push(...times(await host(curlSmall(small, 'host'))));
+    directMs.push(...times(await inHostBox(curlSmall(small, 'direct'))));
+    proxiedMs.push(...times(await inBox(curlSmall(small, 'proxy'))));
   }
   results[label] = {
+    host_mb_s: round(median(onHost) / 1e6, 1),
+    host_p50_ms: round(median(onHostMs), 3),
     direct_mb_s: round(median(direct) / 1e6, 1),
     proxy_mb_s: round(median(proxied) / 1e6, 1),
     throughput_ratio: round(median(proxied) / median(direct)),
@@ -127,7 +148,8 @@ for (const [label, scheme, name, port] of [['http', 'http', 'origin.test', httpP
     added_p50_ms: round(median(proxiedMs) - median(directMs), 3),
   };
 }
-await client.close();
+await proxyServer.client.close();
+await hostServer.client.close();
 http.close();
 https.close();
 rmSync(work, { recursive: true, force: true });
@@ -136,6 +158,7 @@ if (JSON_OUT) {
 } else {
   for (const [scheme, r] of Object.entries(results))
     console.log(`${scheme}: ${MB} MB direct ${r.direct_mb_s} MB/s, through the proxy ${r.proxy_mb_s} MB/s (${r.throughput_ratio}x; target >= 0.8); ` +
-      `small GET p50 direct ${r.direct_p50_ms} ms, proxy ${r.proxy_p50_ms} ms (+${r.added_p50_ms} ms; target <= 1)`);
+      `small GET p50 direct ${r.direct_p50_ms} ms, proxy ${r.proxy_p50_ms} ms (+${r.added_p50_ms} ms; target <= 1); ` +
+      `curl on the host, uncapped: ${r.host_mb_s} MB/s, p50 ${r.host_p50_ms} ms`);
 }
 process.exit(0);

@@ -4,6 +4,7 @@
 // bodies stream through a fixed buffer, and anything the proxy does not
 // understand ends in a 4xx or a closed connection, never a throw.
 #include "network/proxy_io.h"
+#include "network/splice.h"
 
 #include <spdlog/spdlog.h>
 
@@ -17,6 +18,7 @@
 #include <array>
 #include <charconv>
 #include <set>
+#include <type_traits>
 #include <vector>
 
 namespace agentbox::network {
@@ -154,12 +156,43 @@ void expires_after(Stream& stream, std::chrono::seconds wait) {
   beast::get_lowest_layer(stream).expires_after(wait);
 }
 
-// Moves a message's body from `in` to `out` through one buffer (Beast's relay).
+// A body the proxy passes on as it is, between two plain sockets: its
+// header written, the bytes read with it passed on, then the rest spliced
+// (splice.h) — a Content-Length's worth, or everything to the origin's close.
+template <bool isRequest>
+asio::awaitable<boost::system::error_code> splice_body(beast::tcp_stream& in, beast::flat_buffer& buffer,
+                                                       http::parser<isRequest, http::buffer_body>& parser,
+                                                       http::serializer<isRequest, http::buffer_body>& serializer,
+                                                       beast::tcp_stream& out) {
+  expires_after(out, kIoWait);
+  auto [hec, hn] = co_await http::async_write_header(out, serializer, kTuple);
+  if (hec) co_return hec;
+  std::optional<std::uint64_t> left;
+  if (auto length = parser.content_length_remaining()) left = *length;
+  const std::size_t held = left ? static_cast<std::size_t>(std::min<std::uint64_t>(*left, buffer.size())) : buffer.size();
+  if (held > 0) {
+    expires_after(out, kIoWait);
+    auto [wec, wn] = co_await asio::async_write(out, asio::buffer(buffer.data().data(), held), kTuple);
+    if (wec) co_return wec;
+    buffer.consume(held);
+    if (left) *left -= held;
+  }
+  if (left && *left == 0) co_return boost::system::error_code{};
+  auto moved = co_await splice_bytes(in.socket(), out.socket(), SpliceLimits{left, kIoWait, nullptr});
+  co_return moved.error;
+}
+
+// Moves a message's body from `in` to `out`: spliced when both are plain
+// sockets and the body's framing passes on unchanged, else through one
+// buffer (Beast's relay), which also undoes a chunked coding.
 template <bool isRequest, class In, class Out>
 asio::awaitable<boost::system::error_code> relay_body(In& in, beast::flat_buffer& buffer,
                                                       http::parser<isRequest, http::buffer_body>& parser,
                                                       http::serializer<isRequest, http::buffer_body>& serializer,
                                                       Out& out, std::vector<char>& chunk) {
+  if constexpr (std::is_same_v<In, beast::tcp_stream> && std::is_same_v<Out, beast::tcp_stream>) {
+    if (!parser.is_done() && !parser.chunked()) co_return co_await splice_body(in, buffer, parser, serializer, out);
+  }
   expires_after(out, kIoWait);
   auto [hec, hn] = co_await http::async_write_header(out, serializer, kTuple);
   if (hec) co_return hec;

@@ -1,10 +1,11 @@
 // A CONNECT tunnel (proxy.h): the target checked and connected, the first
 // TLS record read until OpenSSL has the ClientHello (tls_hello.h), its
 // server name held against the CONNECT host, then bytes relayed both ways
-// untouched, each half-close passed on, until both sides are done or nothing
+// untouched (spliced), each half-close passed on, until both sides are done or nothing
 // has moved for kTunnelIdle. A host with a secret is not connected here but
 // intercepted once its hello has passed the same check (proxy_intercept.cpp).
 #include "network/proxy_io.h"
+#include "network/splice.h"
 #include "network/tls_hello.h"
 
 #include <boost/asio/as_tuple.hpp>
@@ -30,26 +31,18 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t kHelloLimit = 16 * 1024 + 5;  // one TLS record, header included
 constexpr auto kHelloWait = 10s;
 constexpr auto kTunnelIdle = 600s;
-constexpr std::size_t kRelayChunk = 256 * 1024;
 
-// One direction. At the end of `from` the end is passed on to `to` (a
-// half-close: the other direction goes on); a failed write ends both.
+// One direction, spliced (splice.h). At the end of `from` (or its failure)
+// the end is passed on to `to` (a half-close: the other direction goes on);
+// a failed write ends both.
 asio::awaitable<void> pump(Link& link, tcp::socket& from, tcp::socket& to, Clock::time_point& last_moved) {
-  std::vector<char> buffer(kRelayChunk);
-  for (;;) {
-    auto [rec, n] = co_await from.async_read_some(asio::buffer(buffer), kTuple);
-    if (rec) {
-      boost::system::error_code ignored;
-      to.shutdown(tcp::socket::shutdown_send, ignored);
-      co_return;
-    }
-    last_moved = Clock::now();
-    auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), kTuple);
-    if (wec) {
-      link.close();
-      co_return;
-    }
+  auto moved = co_await splice_bytes(from, to, SpliceLimits{std::nullopt, Clock::duration::zero(), &last_moved});
+  if (moved.error && !moved.reading) {
+    link.close();
+    co_return;
   }
+  boost::system::error_code ignored;
+  to.shutdown(tcp::socket::shutdown_send, ignored);
 }
 
 // Returns once nothing has moved either way for kTunnelIdle (or when

@@ -69,6 +69,16 @@ class H(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(block[:min(n, len(block))])
                 n -= len(block)
             return
+        if self.path.startswith("/eof"):  # no length: the body ends with the connection
+            n = int(self.path.split("?")[1]) << 20
+            self.send_response(200)
+            self.end_headers()
+            block = bytes(range(256)) * 4096
+            while n > 0:
+                self.wfile.write(block[:min(n, len(block))])
+                n -= len(block)
+            self.close_connection = True
+            return
         if self.path.startswith("/redirect"):
             return self.reply(b"", 302, [("Location", self.path.split("?", 1)[1])])
         if self.path.startswith("/hang"):

@@ -159,6 +159,23 @@ TEST_CASE("bodies stream whole in bounded memory, and bad requests get 4xx witho
   CHECK_THAT(f.curl(f.http("allowed.test")), Catch::StartsWith("host=allowed.test"));
 }
 
+// Bodies the proxy passes on unchanged are spliced (network/splice.h): one
+// ended by the origin's close arrives whole, and a client that leaves in the
+// middle of a body ends that transfer only.
+TEST_CASE("a body ended by the origin's close arrives whole; a client leaving mid-body harms nothing", "[proxy]") {
+  Fixture f;
+  f.attach(f.standard_policy());
+  std::string proxy = "-x http://127.0.0.1:" + std::to_string(f.proxy_port);
+  std::string sum = sha256_of("python3 -c \"import sys; sys.stdout.buffer.write((bytes(range(256)) * 4096 * 20)[:20 << 20])\"");
+  std::string head = output("curl -sS -m 60 -D - -o /dev/null " + proxy + " " + f.http("allowed.test", "/eof?20"));
+  CHECK_THAT(head, !Catch::Contains("Content-Length", Catch::CaseSensitive::No) && Catch::Contains("Connection: close"));
+  CHECK(sha256_of("curl -sS -m 60 " + proxy + " " + f.http("allowed.test", "/eof?20")) == sum);
+  for (const char* path : {"/big?64", "/eof?64"})
+    CHECK(output("curl -sS -m 60 " + proxy + " " + f.http("allowed.test", path) + " 2>/dev/null | head -c 100000 | wc -c") ==
+          "100000\n");
+  CHECK(sha256_of("curl -sS -m 60 " + proxy + " " + f.http("allowed.test", "/big?20")) == sum);
+}
+
 TEST_CASE("a box gets at most 256 connections at once", "[proxy]") {
   Fixture f;
   f.attach(f.standard_policy());

@@ -243,6 +243,17 @@ TEST_CASE("a background process reports its span, and denials outlive a teardown
   CHECK(f.manager->network_denials("test", before).empty());
 }
 
+// What a host command prints.
+static std::string output(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
 TEST_CASE("a box reaches an HTTPS host with a secret through the proxy's CA, and never holds the CA's key") {
   std::string why;
   if (!sandboxes_supported(why)) FAIL(why);
@@ -282,4 +293,14 @@ TEST_CASE("a box reaches an HTTPS host with a secret through the proxy's CA, and
                       {{"timeout_ms", 120'000}});
   CHECK(found["stdout"] == "searched\n");
   CHECK(std::system((search + f.state_dir.string() + " >/dev/null").c_str()) != 0);
+
+  // Nor in a snapshot: its archive is compressed, so its contents are
+  // searched, with a marker the box wrote to show the search finds things.
+  REQUIRE(f.exec("echo agentbox-marker-$((6*7)) > /workspace/marker; echo agentbox-marker-$((6*7)) > ~/marker")["exit_code"] == 0);
+  auto taken = f.manager->snapshot("test", "with the CA in use");
+  const std::string archive = (f.state_dir / taken.record.path).string();
+  REQUIRE(std::filesystem::is_regular_file(archive));
+  const std::string contents = "tar --zstd -xOf '" + archive + "' | grep -caF -e ";
+  CHECK(output(contents + "agentbox-marker-42") == "2\n");
+  CHECK(output(contents + "'" + line + "'") == "0\n");
 }
