@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/stream_traits.hpp>
@@ -318,6 +319,26 @@ asio::awaitable<bool> exchange(const Session& s, Link& link, Client& client, bea
     co_return false;
   }
   co_return co_await relay_response(s, link, client, upstream, named, head, client_keep, client_version, chunk);
+}
+
+bool client_ended(const boost::system::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+         ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+         ec == asio::ssl::error::stream_truncated;
+}
+
+std::string out_of_place(const http::request_header<>& req, const Target& named, std::uint16_t default_port,
+                         std::string_view inside) {
+  const std::string_view target = req.target();
+  const std::string within = std::string(inside) + " " + where(named);
+  if (req.method() == http::verb::connect || target.empty() || target.front() != '/')
+    return "inside " + within + " a request's target is a path (/...), not '" + std::string(target.substr(0, 200)) + "'";
+  const std::string_view named_in_request = req[http::field::host];
+  auto host = split_authority(named_in_request, default_port);
+  if (!host || Policy::normalise_host(host->host) != named.host || host->port != named.port)
+    return "a request inside " + within + " names the host '" + std::string(named_in_request.substr(0, 200)) +
+           "' (only " + where(named) + " is served there)";
+  return "";
 }
 
 std::optional<Target> split_authority(std::string_view authority, std::uint16_t default_port) {

@@ -75,33 +75,13 @@ void no_delay(beast::tcp_stream& stream) {
   stream.socket().set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
-bool client_ended(const boost::system::error_code& ec) {
-  return ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
-         ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-         ec == ssl::error::stream_truncated;
-}
-
-// Why a request inside the tunnel to `named` may not go, or "".
-std::string out_of_place(const http::request_header<>& req, const Target& named) {
-  const std::string_view target = req.target();
-  if (req.method() == http::verb::connect || target.empty() || target.front() != '/')
-    return "inside the TLS connection to " + where(named) + " a request's target is a path (/...), not '" +
-           std::string(target.substr(0, 200)) + "'";
-  const std::string_view named_in_request = req[http::field::host];
-  auto host = split_authority(named_in_request, 443);
-  if (!host || Policy::normalise_host(host->host) != named.host || host->port != named.port)
-    return "a request inside the TLS connection to " + where(named) + " names the host '" +
-           std::string(named_in_request.substr(0, 200)) + "' (only " + where(named) + " is served there)";
-  return "";
-}
-
 // One request read from the box's TLS; false when the connection ends.
 asio::awaitable<bool> serve_request(const Session& s, Link& link, TlsStream& box, beast::flat_buffer& buffer,
                                     RequestParser& parser, const Target& named, std::vector<char>& chunk) {
   const std::string_view path = parser.get().target();
   spdlog::debug("sandbox {}: {} https://{}{}", s.sandbox, std::string(parser.get().method_string()), where(named),
                 std::string(path.substr(0, 200)));
-  if (std::string why = out_of_place(parser.get(), named); !why.empty()) {
+  if (std::string why = out_of_place(parser.get(), named, 443, "the TLS connection to"); !why.empty()) {
     s.deny(s.sandbox, named.host, named.port, why);
     co_await respond(link, box, http::status::forbidden, "agentbox network policy: " + why);
     co_return false;

@@ -125,6 +125,16 @@ boost::asio::awaitable<void> respond(Link& link, Client& client, boost::beast::h
                                      const std::string& text);
 boost::asio::awaitable<void> respond(Link& link, boost::beast::http::status status, const std::string& text);
 
+// The ends of a connection that are the client's doing (it left, or went
+// quiet past the wait), not an error to answer.
+bool client_ended(const boost::system::error_code& ec);
+
+// Why a request read inside a tunnel to `named` may not go, or "": its
+// target must be a path and its Host the tunnel's host and port (`inside`
+// names the tunnel in the sentence: "the TLS connection to").
+std::string out_of_place(const boost::beast::http::request_header<>& req, const Target& named,
+                         std::uint16_t default_port, std::string_view inside);
+
 // The Host field for a target: "host" on the scheme's default port, else "host:port".
 std::string host_field(const Target& target, std::uint16_t default_port);
 
@@ -142,7 +152,9 @@ boost::asio::awaitable<bool> exchange(const Session& s, Link& link, Client& clie
                                       std::uint16_t default_port, std::vector<char>& chunk);
 
 // The CONNECT tunnel, once its request is read (proxy_tunnel.cpp); `buffer`
-// holds whatever the client sent after the request.
+// holds whatever the client sent after the request. A tunnel that starts
+// with an HTTP request instead of TLS carries plain HTTP, each request
+// served as a plain HTTP one is, for the CONNECT host only.
 boost::asio::awaitable<void> tunnel(const Session& s, Link& link, boost::beast::flat_buffer& buffer,
                                     std::string_view authority);
 

@@ -1,9 +1,11 @@
 // A CONNECT tunnel (proxy.h): the target checked and connected, the first
 // TLS record read until OpenSSL has the ClientHello (tls_hello.h), its
 // server name held against the CONNECT host, then bytes relayed both ways
-// untouched (spliced), each half-close passed on, until both sides are done or nothing
-// has moved for kTunnelIdle. A host with a secret is not connected here but
-// intercepted once its hello has passed the same check (proxy_intercept.cpp).
+// untouched (spliced), each half-close passed on, until both sides are done
+// or nothing has moved for kTunnelIdle. A host with a secret is not
+// connected here but intercepted once its hello has passed the same check
+// (proxy_intercept.cpp). A tunnel that starts with HTTP instead of TLS
+// carries plain HTTP requests for the CONNECT host (plain_in_tunnel).
 #include "network/proxy_io.h"
 #include "network/splice.h"
 #include "network/tls_hello.h"
@@ -13,13 +15,18 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <vector>
 
 namespace agentbox::network {
 
 namespace asio = boost::asio;
-namespace http = boost::beast::http;
+namespace beast = boost::beast;
+namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -78,15 +85,64 @@ asio::awaitable<std::optional<ClientHello>> read_hello(Link& link, std::string& 
 // client names no server only for an IP literal, which only an allow entry
 // naming that address lets through.
 std::string mismatch(const ClientHello& read, const Target& target, const std::string& host) {
-  if (read.state == ClientHello::State::NotTls)
-    return "the tunnel to " + where(target) +
-           " did not start with a TLS ClientHello (only TLS goes through CONNECT; tunnel closed)";
   if (!read.server_name)
     return Policy::is_ip_literal(host) ? "" : "the TLS client named no server (SNI) for CONNECT " + where(target) + " (tunnel closed)";
   if (Policy::normalise_host(*read.server_name) != host)
     return "TLS server name '" + read.server_name->substr(0, 253) + "' does not match CONNECT host '" + host +
            "' (tunnel closed)";
   return "";
+}
+
+// Plain HTTP inside the tunnel (undici's proxy agent, and so Node's fetch,
+// sends http:// this way): `first` holds what the client sent after the
+// 200. Each request must name the CONNECT host and port; it is forwarded as
+// a plain HTTP one is (exchange: the same header processing, the host's
+// secret if it has one) over an origin connection of its own, the one the
+// tunnel made for the first. Bytes that are neither TLS nor HTTP close the
+// tunnel before any goes upstream.
+asio::awaitable<void> plain_in_tunnel(const Session& s, Link& link, const Target& named, const std::string& first) {
+  beast::flat_buffer buffer;
+  buffer.reserve(std::max(kReadReserve, first.size()));
+  buffer.commit(asio::buffer_copy(buffer.prepare(first.size()), asio::buffer(first)));
+  std::vector<char> chunk(kBodyChunk);
+  for (bool first_request = true;; first_request = false) {
+    RequestParser parser;
+    parser.header_limit(kHeaderLimit);
+    parser.body_limit(boost::none);
+    link.client.expires_after(first_request ? kHelloWait : kRequestWait);
+    auto [ec, n] = co_await http::async_read_header(link.client, buffer, parser, kTuple);
+    if (link.closed) co_return;
+    if (ec && first_request && ec != http::error::end_of_stream && ec != asio::error::eof) {
+      s.deny(s.sandbox, named.host, named.port,
+             "the tunnel to " + where(named) +
+                 " started with neither a TLS ClientHello nor an HTTP request (tunnel closed)");
+      co_return;
+    }
+    if (client_ended(ec)) co_return;
+    if (ec) {
+      co_await respond(link,
+                       ec == http::error::header_limit ? http::status::request_header_fields_too_large
+                                                       : http::status::bad_request,
+                       "agentbox network proxy: not a valid HTTP request: " + ec.message());
+      co_return;
+    }
+    spdlog::debug("sandbox {}: {} http://{}{} (in a tunnel)", s.sandbox, std::string(parser.get().method_string()),
+                  where(named), std::string(parser.get().target().substr(0, 200)));
+    if (std::string why = out_of_place(parser.get(), named, 80, "the tunnel to"); !why.empty()) {
+      s.deny(s.sandbox, named.host, named.port, why);
+      co_await respond(link, http::status::forbidden, "agentbox network policy: " + why);
+      co_return;
+    }
+    if (!link.upstream.socket().is_open()) {
+      if (auto refused = co_await connect_upstream(s, named, link)) {
+        co_await respond(link, refused->status, refused->text);
+        co_return;
+      }
+    }
+    const bool keep = co_await exchange(s, link, link.client, buffer, parser, link.upstream, named, 80, chunk);
+    link.upstream.close();
+    if (!keep) co_return;
+  }
 }
 
 }  // namespace
@@ -122,6 +178,11 @@ asio::awaitable<void> tunnel(const Session& s, Link& link, boost::beast::flat_bu
   buffer.consume(buffer.size());
   auto read = co_await read_hello(link, hello);
   if (!read) co_return;  // the client gave up: nothing went upstream
+  if (read->state == ClientHello::State::NotTls) {
+    const Target named{host, target->port, {}};
+    co_await plain_in_tunnel(s, link, named, hello);
+    co_return;
+  }
   if (std::string why = mismatch(*read, *target, host); !why.empty()) {
     s.deny(s.sandbox, host, target->port, why);
     co_return;  // closed before a byte went upstream

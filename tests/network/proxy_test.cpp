@@ -97,15 +97,45 @@ TEST_CASE("CONNECT tunnels TLS to allowed hosts whose server name matches", "[pr
   CHECK_THAT(f.client("tunnel " + connect + " allowed.test"), Catch::Contains("200") && Catch::Contains("handshake ok"));
   // The certificate also names other.test: only the proxy's check stops this one.
   CHECK_THAT(f.client("tunnel " + connect + " other.test"), Catch::Contains("handshake failed"));
-  CHECK_THAT(f.client("tunnel " + connect + " 'raw:GET / HTTP/1.0\r\n\r\n'"), Catch::Contains("got b''"));
+  CHECK_THAT(f.client("tunnel " + connect + " 'raw:hello there\r\n\r\n'"), Catch::Contains("got b''"));
   CHECK_THAT(f.client("tunnel " + connect + " -"), Catch::Contains("handshake failed"));  // no SNI for a name
   auto denials = f.proxy->denials("box", t0);
   REQUIRE(denials.size() == 3);
   CHECK(denials[0].reason == "TLS server name 'other.test' does not match CONNECT host 'allowed.test' (tunnel closed)");
   CHECK(denials[0].port == f.https_port);
-  CHECK_THAT(denials[1].reason, Catch::Contains("did not start with a TLS ClientHello"));
+  CHECK_THAT(denials[1].reason, Catch::Contains("neither a TLS ClientHello nor an HTTP request"));
   CHECK_THAT(denials[2].reason, Catch::Contains("named no server"));
   CHECK_THAT(f.client("tunnel 'CONNECT allowed.test HTTP/1.1\r\n\r\n' x"), Catch::Contains("400"));
+}
+
+// undici's proxy agent (Node's fetch) sends http:// through CONNECT: the
+// tunnel then carries plain HTTP, served for the CONNECT host alone.
+TEST_CASE("plain HTTP inside a CONNECT tunnel is served for the CONNECT host only", "[proxy]") {
+  Fixture f;
+  f.attach(f.standard_policy());
+  const std::string port = std::to_string(f.http_port);
+  const std::string connect = f.connect_to("allowed.test", f.http_port);
+  auto in_tunnel = [&](const std::string& requests) { return f.client("tunnel " + connect + " 'raw:" + requests + "'"); };
+  auto t0 = std::chrono::system_clock::now();
+  CHECK_THAT(in_tunnel("GET /x HTTP/1.1\r\nHost: allowed.test:" + port + "\r\n\r\n"),
+             Catch::Contains("got b'HTTP/1.1 200 OK"));  // the client shows the answer's first 100 bytes
+  // curl's own way: --proxytunnel sends http:// through CONNECT too; two requests on one tunnel.
+  CHECK(f.curl("-p " + f.http("allowed.test", "/a") + " " + f.http("allowed.test", "/b")) ==
+        "host=allowed.test:" + port + " auth=None x=None" + "host=allowed.test:" + port + " auth=None x=None");
+  CHECK(f.proxy->denials("box", t0).empty());
+  // Another host named inside, or an absolute URL: 403, nothing upstream.
+  CHECK_THAT(in_tunnel("GET /x HTTP/1.1\r\nHost: other.test:" + port + "\r\n\r\n"), Catch::Contains("got b'HTTP/1.1 403"));
+  CHECK_THAT(in_tunnel("GET http://other.test/ HTTP/1.1\r\nHost: allowed.test:" + port + "\r\n\r\n"),
+             Catch::Contains("got b'HTTP/1.1 403"));
+  CHECK_THAT(in_tunnel("GET / HTTP/1.0\r\n\r\n"), Catch::Contains("got b'HTTP/1.1 403"));  // no Host at all
+  auto denials = f.proxy->denials("box", t0);
+  REQUIRE(denials.size() == 3);
+  CHECK(denials[0].reason == "a request inside the tunnel to allowed.test:" + port + " names the host 'other.test:" + port +
+                                 "' (only allowed.test:" + port + " is served there)");
+  CHECK(denials[0].host == "allowed.test");
+  CHECK(denials[0].port == f.http_port);
+  CHECK_THAT(denials[1].reason, Catch::StartsWith("inside the tunnel to allowed.test:" + port + " a request's target is a path"));
+  CHECK_THAT(denials[2].reason, Catch::Contains("names the host ''"));
 }
 
 TEST_CASE("an IP literal is reached only through an allow entry naming it", "[proxy]") {
