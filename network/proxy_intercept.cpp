@@ -12,6 +12,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http.hpp>
@@ -26,6 +27,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ssl = asio::ssl;
 using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
@@ -75,9 +77,37 @@ void no_delay(beast::tcp_stream& stream) {
   stream.socket().set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
+// A TLS connection to the origin, verified, on link.upstream; or why not
+// (the box is told when its request comes).
+struct Origin {
+  std::unique_ptr<TlsStream> tls;
+  std::optional<Refusal> refusal;
+};
+
+asio::awaitable<Origin> open_origin(const Session& s, Link& link, const Target& named) {
+  if (auto refused = co_await connect_upstream(s, named, link)) co_return Origin{nullptr, std::move(refused)};
+  no_delay(link.upstream);
+  auto origin = std::make_unique<TlsStream>(link.upstream, s.interceptor->client());
+  if (!name_origin(*origin, named.host))
+    co_return Origin{nullptr, Refusal{http::status::bad_gateway,
+                                      "agentbox network proxy: cannot check a certificate against the name " + named.host}};
+  link.upstream.expires_after(kConnectWait);
+  auto [ec] = co_await origin->async_handshake(ssl::stream_base::client, kTuple);
+  if (ec) {
+    std::string why = handshake_failure(*origin, ec);
+    spdlog::info("sandbox {}: TLS to {} refused: {}", s.sandbox, where(named), why);
+    co_return Origin{nullptr, Refusal{http::status::bad_gateway,
+                                      "agentbox network proxy: cannot reach " + where(named) + " over TLS: " + why}};
+  }
+  co_return Origin{std::move(origin), std::nullopt};
+}
+
 // One request read from the box's TLS; false when the connection ends.
+// `early` is the origin opened while the box's handshake ran (the first
+// request's), else one is opened now.
 asio::awaitable<bool> serve_request(const Session& s, Link& link, TlsStream& box, beast::flat_buffer& buffer,
-                                    RequestParser& parser, const Target& named, std::vector<char>& chunk) {
+                                    RequestParser& parser, const Target& named, std::vector<char>& chunk,
+                                    std::optional<Origin>& early) {
   const std::string_view path = parser.get().target();
   spdlog::debug("sandbox {}: {} https://{}{}", s.sandbox, std::string(parser.get().method_string()), where(named),
                 std::string(path.substr(0, 200)));
@@ -86,27 +116,19 @@ asio::awaitable<bool> serve_request(const Session& s, Link& link, TlsStream& box
     co_await respond(link, box, http::status::forbidden, "agentbox network policy: " + why);
     co_return false;
   }
-  if (auto refused = co_await connect_upstream(s, named, link)) {
-    co_await respond(link, box, refused->status, refused->text);
+  // Not a conditional expression around the co_await: GCC 12 mishandles
+  // the temporaries of one in a coroutine.
+  Origin origin;
+  if (early)
+    origin = std::move(*early);
+  else
+    origin = co_await open_origin(s, link, named);
+  early.reset();
+  if (origin.refusal) {
+    co_await respond(link, box, origin.refusal->status, origin.refusal->text);
     co_return false;
   }
-  no_delay(link.upstream);
-  TlsStream origin(link.upstream, s.interceptor->client());
-  if (!name_origin(origin, named.host)) {
-    co_await respond(link, box, http::status::bad_gateway,
-                     "agentbox network proxy: cannot check a certificate against the name " + named.host);
-    co_return false;
-  }
-  link.upstream.expires_after(kConnectWait);
-  auto [ec] = co_await origin.async_handshake(ssl::stream_base::client, kTuple);
-  if (ec) {
-    std::string why = handshake_failure(origin, ec);
-    spdlog::info("sandbox {}: TLS to {} refused: {}", s.sandbox, where(named), why);
-    co_await respond(link, box, http::status::bad_gateway,
-                     "agentbox network proxy: cannot reach " + where(named) + " over TLS: " + why);
-    co_return false;
-  }
-  const bool keep = co_await exchange(s, link, box, buffer, parser, origin, named, 443, chunk);
+  const bool keep = co_await exchange(s, link, box, buffer, parser, *origin.tls, named, 443, chunk);
   link.upstream.close();  // no close_notify: the origin connection was for this request only
   co_return keep;
 }
@@ -145,7 +167,15 @@ asio::awaitable<void> intercept(const Session& s, Link& link, const Target& name
   TlsStream box(link.client, *context);
   link.client.expires_after(kConnectWait);
   // The hello already read is handed to OpenSSL as the handshake's start.
-  auto [hec, used] = co_await box.async_handshake(ssl::stream_base::server, asio::buffer(hello), kTuple);
+  // The first request's origin connection is opened meanwhile: the CONNECT
+  // host has passed the policy, and nothing of the box's goes upstream
+  // before its request has passed out_of_place.
+  auto handshake = [&]() -> asio::awaitable<boost::system::error_code> {
+    auto [ec, used] = co_await box.async_handshake(ssl::stream_base::server, asio::buffer(hello), kTuple);
+    co_return ec;
+  };
+  auto [hec, opened] = co_await (handshake() && open_origin(s, link, named));
+  std::optional<Origin> early(std::move(opened));
   if (hec) {
     spdlog::debug("sandbox {}: TLS from the box for {} failed: {}", s.sandbox, where(named), hec.message());
     co_return;
@@ -167,7 +197,7 @@ asio::awaitable<void> intercept(const Session& s, Link& link, const Target& name
                        "agentbox network proxy: not a valid HTTP request: " + ec.message());
       co_return;
     }
-    if (!co_await serve_request(s, link, box, buffer, parser, named, chunk)) break;
+    if (!co_await serve_request(s, link, box, buffer, parser, named, chunk, early)) break;
   }
   if (link.closed) co_return;
   // A response that ends with the connection needs the close_notify.

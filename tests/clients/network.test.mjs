@@ -76,6 +76,24 @@ test('allowed hosts answer, denied ones say why, secrets stay outside the box', 
   r = await call(server, 'exec', { command: `curl -sS http://secret.test:${port}/; echo; echo "$AGENTBOX_TEST_TOKEN"; env | grep -c tok-123` });
   assert.equal(r.structuredContent.stdout, 'origin saw / auth=Bearer tok-123\nagentbox-secret:AGENTBOX_TEST_TOKEN\n0\n');
 
+  // Nowhere in the box's files (searched for in two halves, so the command
+  // itself does not hold it), nor in a snapshot's contents, nor anywhere in
+  // the state directory (the catalog keeps the policy, never the value).
+  r = await call(server, 'exec', {
+    command: "echo agentbox-marker-$((6*7)) > /workspace/marker; a=tok; b=-123; grep -rlF -D skip -e \"$a$b\" / " +
+      '--exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=opt 2>/dev/null; echo searched',
+    timeout_ms: 120_000,
+  });
+  assert.equal(r.structuredContent.stdout, 'searched\n');
+  await call(server, 'sandbox_snapshot');
+  const archives = spawnSync('find', [server.stateDir, '-name', '*.tar*', '-type', 'f'], { encoding: 'utf8' }).stdout.trim().split('\n');
+  assert.ok(archives.length > 0 && archives[0] !== '', `no archive in ${server.stateDir}`);
+  const inArchives = (needle) => archives.map((a) => spawnSync('sh', ['-c', `tar --zstd -xOf '${a}' | grep -caF -e '${needle}'`],
+    { encoding: 'utf8' }).stdout.trim()).join(',');
+  assert.match(inArchives('agentbox-marker-42'), /[1-9]/, `the search finds what the box wrote: ${archives}`);
+  assert.doesNotMatch(inArchives('tok-123'), /[1-9]/);
+  assert.equal(spawnSync('grep', ['-rlaF', 'tok-123', server.stateDir], { encoding: 'utf8' }).stdout, '');
+
   r = await call(server, 'network_status');
   const status = r.structuredContent;
   assert.equal(status.mode, 'proxy');
