@@ -12,6 +12,9 @@
 // host with a secret, which the proxy intercepts (the box trusts the
 // proxy's CA through its environment; the server trusts the test CA
 // through SSL_CERT_FILE); each against direct TLS to the same origin.
+// Each 100 MB transfer also reports the whole machine's CPU (from
+// /proc/stat): the cores busy during it and the CPU seconds it cost per GB,
+// which tells whether a ratio is bounded by the machine's cores.
 // Usage: node bench/network_bench.mjs [--bin build/agentbox] [--mb 100] [--rounds 3] [--json]
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -19,7 +22,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttp } from 'node:http';
 import { createServer as createHttps } from 'node:https';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -122,17 +125,38 @@ const curlSmall = (url, direct) =>
 const host = async (command) =>
   (await promisify(execFile)('bash', ['-c', command], { encoding: 'utf8', env: { PATH: process.env.PATH }, maxBuffer: 1 << 20 })).stdout;
 
+// The machine's busy and total CPU time so far, in clock ticks (all CPUs).
+function cpuTicks() {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = fields.reduce((a, b) => a + b, 0);
+  return { busy: total - fields[3] - fields[4], total };
+}
+const TICKS_PER_S = 100;  // USER_HZ, 100 on Linux
+// One big download: its speed in bytes/s, the cores busy meanwhile and the CPU seconds per GB moved.
+async function measured(run) {
+  const before = cpuTicks(), start = process.hrtime.bigint();
+  const speed = Number(await run());
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9, after = cpuTicks();
+  const busyS = (after.busy - before.busy) / TICKS_PER_S;
+  return { speed, cores: busyS / seconds, cpuSPerGb: busyS / (MB / 1000) };
+}
+
 const results = {};
 for (const [label, scheme, name, port] of [['http', 'http', 'origin.test', httpPort], ['https', 'https', 'origin.test', httpsPort],
   ['https-intercepted', 'https', 'secret.test', httpsPort]]) {
   const big = `${scheme}://${name}:${port}/big`;
   const small = `${scheme}://${name}:${port}/small`;
   const proxied = [], direct = [], onHost = [], proxiedMs = [], directMs = [], onHostMs = [];
+  const directCpu = [], proxiedCpu = [];
   const times = (text) => text.trim().split('\n').map((s) => Number(s) * 1000);
   for (let round_ = 0; round_ < ROUNDS; round_++) {
     onHost.push(Number(await host(curlBig(big, 'host'))));
-    direct.push(Number(await inHostBox(curlBig(big, 'direct'))));
-    proxied.push(Number(await inBox(curlBig(big, 'proxy'))));
+    const d = await measured(() => inHostBox(curlBig(big, 'direct')));
+    const p = await measured(() => inBox(curlBig(big, 'proxy')));
+    direct.push(d.speed);
+    proxied.push(p.speed);
+    directCpu.push(d);
+    proxiedCpu.push(p);
     onHostMs.push(...times(await host(curlSmall(small, 'host'))));
     directMs.push(...times(await inHostBox(curlSmall(small, 'direct'))));
     proxiedMs.push(...times(await inBox(curlSmall(small, 'proxy'))));
@@ -146,6 +170,10 @@ for (const [label, scheme, name, port] of [['http', 'http', 'origin.test', httpP
     direct_p50_ms: round(median(directMs), 3),
     proxy_p50_ms: round(median(proxiedMs), 3),
     added_p50_ms: round(median(proxiedMs) - median(directMs), 3),
+    direct_cores_busy: round(median(directCpu.map((c) => c.cores))),
+    proxy_cores_busy: round(median(proxiedCpu.map((c) => c.cores))),
+    direct_cpu_s_per_gb: round(median(directCpu.map((c) => c.cpuSPerGb))),
+    proxy_cpu_s_per_gb: round(median(proxiedCpu.map((c) => c.cpuSPerGb))),
   };
 }
 await proxyServer.client.close();
@@ -159,6 +187,8 @@ if (JSON_OUT) {
   for (const [scheme, r] of Object.entries(results))
     console.log(`${scheme}: ${MB} MB direct ${r.direct_mb_s} MB/s, through the proxy ${r.proxy_mb_s} MB/s (${r.throughput_ratio}x; target >= 0.8); ` +
       `small GET p50 direct ${r.direct_p50_ms} ms, proxy ${r.proxy_p50_ms} ms (+${r.added_p50_ms} ms; target <= 1); ` +
-      `curl on the host, uncapped: ${r.host_mb_s} MB/s, p50 ${r.host_p50_ms} ms`);
+      `curl on the host, uncapped: ${r.host_mb_s} MB/s, p50 ${r.host_p50_ms} ms; ` +
+      `machine CPU during the 100 MB: direct ${r.direct_cores_busy} cores busy, ${r.direct_cpu_s_per_gb} CPU s/GB, ` +
+      `through the proxy ${r.proxy_cores_busy} cores, ${r.proxy_cpu_s_per_gb} CPU s/GB (of ${cpus().length} cores)`);
 }
 process.exit(0);
