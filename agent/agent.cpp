@@ -6,6 +6,7 @@
 #include "agent/processes.h"
 #include "agent/session_queue.h"
 #include "agent/sessions.h"
+#include "agent/terminals.h"
 #include "contract/agent_methods.h"
 #include "os/thread_cache.h"
 #include "rpc/framing.h"
@@ -79,10 +80,12 @@ class AgentServer {
   explicit AgentServer(const AgentConfig& config)
       : config_(config),
         processes_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
+        terminals_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
         writer_(STDOUT_FILENO) {
     sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
     register_session_methods(methods_, *sessions_);
     register_process_methods(methods_, processes_);
+    register_terminal_methods(methods_, terminals_);
     register_freeze_methods(methods_);
     register_file_methods(methods_, [this](const std::string& name) { return sessions_->context(name); }, config_);
     methods_[contract::methods::kHello] = [](AgentRequest&) {
@@ -112,6 +115,7 @@ class AgentServer {
     // The server closed the pipe: end everything this sandbox runs.
     sessions_->kill_all();
     processes_.kill_all();
+    terminals_.kill_all();
     return 0;
   }
 
@@ -203,6 +207,7 @@ class AgentServer {
   AgentConfig config_;
   IoLoop io_;
   ProcessTable processes_;
+  TerminalTable terminals_;
   std::unique_ptr<Sessions> sessions_;
   MethodTable methods_;
   rpc::LineWriter writer_;

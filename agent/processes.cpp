@@ -445,22 +445,25 @@ json ProcessTable::wait(AgentRequest& request) {
   return result;
 }
 
+int param_signal(const json& params, int fallback) {
+  if (!params.contains("signal") || params["signal"].is_null()) return fallback;
+  const json& s = params["signal"];
+  // The schema takes a string (no union types: docs/protocol.md, "Tool
+  // schemas"), so a number comes as "9"; an integer is still understood.
+  int sig = s.is_number_integer() ? s.get<int>() : s.is_string() ? signal_number(s.get<std::string>()) : 0;
+  if (s.is_string() && sig == 0) {
+    const auto& text = s.get_ref<const std::string&>();
+    if (!text.empty() && text.size() <= 2 && text.find_first_not_of("0123456789") == std::string::npos)
+      sig = std::stoi(text);
+  }
+  if (sig <= 0 || sig >= 65)
+    throw SandboxError(codes::kInvalidArguments, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
+  return sig;
+}
+
 json ProcessTable::kill(const json& params) {
   auto record = find(params);
-  int sig = SIGTERM;
-  if (params.contains("signal") && !params["signal"].is_null()) {
-    const json& s = params["signal"];
-    // The schema takes a string (no union types: docs/protocol.md, "Tool
-    // schemas"), so a number comes as "9"; an integer is still understood.
-    sig = s.is_number_integer() ? s.get<int>() : s.is_string() ? signal_number(s.get<std::string>()) : 0;
-    if (s.is_string() && sig == 0) {
-      const auto& text = s.get_ref<const std::string&>();
-      if (!text.empty() && text.size() <= 2 && text.find_first_not_of("0123456789") == std::string::npos)
-        sig = std::stoi(text);
-    }
-    if (sig <= 0 || sig >= 65)
-      throw SandboxError(codes::kInvalidArguments, "unknown signal " + s.dump() + " (use a name like \"SIGTERM\" or a number)");
-  }
+  int sig = param_signal(params, SIGTERM);
   if (!record->background) throw SandboxError(codes::kInvalidArguments, record->id + " is the output of a finished exec");
   if (record->service) {
     // Stopped on purpose: not started again after a restore.

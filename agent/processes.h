@@ -93,6 +93,9 @@ std::string resolve_path(const std::string& cwd, const std::string& path);
 std::string shell_quote(const std::string& s);
 // Whether name can be an environment variable a shell accepts.
 bool valid_env_name(const std::string& name);
+// params.signal as a signal number (a name like "SIGTERM" or a number), or
+// fallback when absent; INVALID_ARGUMENTS when unknown.
+int param_signal(const json& params, int fallback);
 // Writes a whole file (used for command scripts); throws SandboxError.
 void write_text_file(const std::string& path, const std::string& content);
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -70,6 +71,7 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   const char* cwd = spec.cwd.c_str();
+  const bool terminal = spec.terminal;
 
   int status_pipe[2];
   if (pipe2(status_pipe, O_CLOEXEC) != 0) throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
@@ -107,6 +109,10 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
       int fds[3] = {fcntl(in, F_DUPFD_CLOEXEC, 10), fcntl(out, F_DUPFD_CLOEXEC, 10), fcntl(err, F_DUPFD_CLOEXEC, 10)};
       for (int i = 0; i < 3; ++i) dup2(fds[i], i);
       syscall(SYS_close_range, 3u, ~0u, 0u);
+      if (terminal) {
+        setsid();
+        ioctl(0, TIOCSCTTY, 0);
+      }
       int adj = open("/proc/self/oom_score_adj", O_WRONLY);
       if (adj >= 0) {
         (void)!write(adj, "1000", 4);  // the OOM killer picks sandboxed code first

@@ -19,6 +19,9 @@ struct SpawnSpec {
   int stdin_fd = -1;   // child's stdin; -1 = /dev/null
   int stdout_fd = -1;  // -1 = /dev/null
   int stderr_fd = -1;
+  // stdin is a pseudo-terminal's end: the command gets a session of its own
+  // with it as the controlling terminal (job control, SIGWINCH, ^C).
+  bool terminal = false;
 };
 
 struct Spawned {

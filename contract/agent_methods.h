@@ -34,6 +34,14 @@ inline constexpr const char* kProcessOutput = "process.output";
 inline constexpr const char* kProcessWait = "process.wait";
 inline constexpr const char* kProcessKill = "process.kill";
 inline constexpr const char* kProcessWrite = "process.write";
+// Terminals (agent/terminals.h).
+inline constexpr const char* kTerminalStart = "terminal.start";
+inline constexpr const char* kTerminalWrite = "terminal.write";
+inline constexpr const char* kTerminalRead = "terminal.read";
+inline constexpr const char* kTerminalResize = "terminal.resize";
+inline constexpr const char* kTerminalKill = "terminal.kill";
+inline constexpr const char* kTerminalList = "terminal.list";
+inline constexpr const char* kTerminalAdoptLost = "terminal.adopt_lost";
 inline constexpr const char* kFileRead = "file.read";
 inline constexpr const char* kFileWrite = "file.write";
 inline constexpr const char* kFileEdit = "file.edit";

@@ -176,6 +176,12 @@ void ManagerImpl::record_lost_processes(ManagedSandbox& sandbox) {
       if (p.value("status", "") == "running" || p.value("status", "") == "lost")
         lost.push_back({{"process_id", p.value("process_id", "")}, {"command", p.value("command", "")}});
     }
+    // Terminals end with the box as well; they share the column, told apart
+    // by terminal_id (bring_back hands them to terminal.adopt_lost).
+    json terminals = client->call("terminal.list", json::object(), std::chrono::seconds(2));
+    for (const auto& t : terminals.value("terminals", json::array()))
+      if (t.value("status", "") == "running" || t.value("status", "") == "lost")
+        lost.push_back({{"terminal_id", t.value("terminal_id", "")}, {"command", t.value("command", "")}});
     catalog_->set_lost_processes(sandbox.id(), lost.dump());
   } catch (const std::exception& e) {
     spdlog::warn("sandbox {}: could not list its processes: {}", sandbox.id(), e.what());
@@ -229,7 +235,10 @@ std::string ManagerImpl::bring_back(ManagedSandbox& sandbox, const persistence::
     }
     json lost = json::parse(record.lost_processes, nullptr, false);
     if (lost.is_array() && !lost.empty()) {
-      client->call("process.adopt_lost", {{"processes", lost}}, std::chrono::seconds(10));
+      json processes = json::array(), terminals = json::array();
+      for (auto& entry : lost) (entry.is_object() && entry.contains("terminal_id") ? terminals : processes).push_back(entry);
+      if (!processes.empty()) client->call("process.adopt_lost", {{"processes", processes}}, std::chrono::seconds(10));
+      if (!terminals.empty()) client->call("terminal.adopt_lost", {{"terminals", terminals}}, std::chrono::seconds(10));
       catalog_->set_lost_processes(sandbox.id(), "[]");
     }
   } catch (const std::exception& e) {
@@ -440,6 +449,9 @@ std::optional<std::string> ManagerImpl::idle_step(const std::shared_ptr<ManagedS
       try {
         json list = sandbox->client()->call("process.list", json::object(), std::chrono::seconds(2));
         for (const auto& p : list.value("processes", json::array())) busy |= p.value("status", "") == "running";
+        // A running terminal is background work too (a REPL, an editor left open).
+        json terminals = sandbox->client()->call("terminal.list", json::object(), std::chrono::seconds(2));
+        for (const auto& t : terminals.value("terminals", json::array())) busy |= t.value("status", "") == "running";
       } catch (const std::exception&) {
         return std::nullopt;
       }

@@ -131,8 +131,11 @@ json McpServer::server_info() const {
 }
 
 void McpServer::initialize(const std::shared_ptr<Call>& call) {
-  if (dispatcher_.initialized())
-    throw ProtocolError(rpc::ErrorCode::InvalidRequest, "the server is already initialized");
+  // A second initialize is a new client on the same server: a bridge that
+  // keeps one server for every client in turn (supergateway's SSE mode)
+  // sends one per connection. It is answered like the first; sandboxes and
+  // their terminals and processes carry on (docs/protocol.md).
+  if (dispatcher_.initialized()) spdlog::info("initialize again: a new client on this server");
   InitializeParams params = parse_initialize_params(call->params());
   // Unknown versions get our latest; the client decides whether it can go on.
   std::string version = is_supported_initialize_version(params.protocol_version)

@@ -6,6 +6,7 @@ void register_sandbox_tools(Registry& registry, const Services& services);
 void register_exec_tool(Registry& registry, const Services& services);
 void register_session_tools(Registry& registry, const Services& services);
 void register_process_tools(Registry& registry, const Services& services);
+void register_terminal_tools(Registry& registry, const Services& services);
 void register_file_tools(Registry& registry, const Services& services);
 void register_snapshot_tools(Registry& registry, const Services& services);
 void register_network_tools(Registry& registry, const Services& services);
@@ -16,6 +17,7 @@ void register_all(Registry& registry, const Services& services) {
   register_exec_tool(registry, services);
   register_session_tools(registry, services);
   register_process_tools(registry, services);
+  register_terminal_tools(registry, services);
   register_snapshot_tools(registry, services);
   register_file_tools(registry, services);
   register_network_tools(registry, services);
