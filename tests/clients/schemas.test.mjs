@@ -13,7 +13,7 @@ import { AGENTBOX_BIN, PACKAGE_DIR, runInspectorCli, startServer, tail, tempDir 
 // The tools that take a session: they run in one or resolve relative paths
 // against its working directory. session_delete names the session it deletes.
 const SESSION_TOOLS = new Set([
-  'exec', 'process_start', 'session_delete',
+  'exec', 'process_start', 'session_delete', 'terminal_start',
   'file_read', 'file_write', 'file_edit', 'file_list', 'file_stat',
   'file_mkdir', 'file_delete', 'file_move', 'file_search',
 ]);
@@ -74,8 +74,10 @@ describe('tools/list', () => {
     // another round of long descriptions or per-tool parameters that do
     // nothing; a new tool moves it on purpose, in the commit that adds it:
     // sandbox_fork (issue 14) added ~1,300 (31,881 with it); network_status
-    // and exec's network_denied (issue 15) ~1,650 (33,536 with them).
-    assert.ok(chars < 34_000, `tools/list is ${chars} characters`);
+    // and exec's network_denied (issue 15) ~1,650 (33,536 with them); the
+    // six terminal_* tools (issue 16) ~8,800 (42,340 with them; their output
+    // schemas repeat one shape and are the first place to trim).
+    assert.ok(chars < 43_000, `tools/list is ${chars} characters`);
   });
 });
 
