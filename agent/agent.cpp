@@ -7,6 +7,7 @@
 #include "agent/session_queue.h"
 #include "agent/sessions.h"
 #include "agent/terminals.h"
+#include "agent/watches.h"
 #include "contract/agent_methods.h"
 #include "os/thread_cache.h"
 #include "rpc/framing.h"
@@ -81,11 +82,13 @@ class AgentServer {
       : config_(config),
         processes_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
         terminals_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
+        watches_(io_, [this](const std::string& name) { return sessions_->context(name); }),
         writer_(STDOUT_FILENO) {
     sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
     register_session_methods(methods_, *sessions_);
     register_process_methods(methods_, processes_);
     register_terminal_methods(methods_, terminals_);
+    register_watch_methods(methods_, watches_);
     register_freeze_methods(methods_);
     register_file_methods(methods_, [this](const std::string& name) { return sessions_->context(name); }, config_);
     methods_[contract::methods::kHello] = [](AgentRequest&) {
@@ -208,6 +211,7 @@ class AgentServer {
   IoLoop io_;
   ProcessTable processes_;
   TerminalTable terminals_;
+  WatchTable watches_;
   std::unique_ptr<Sessions> sessions_;
   MethodTable methods_;
   rpc::LineWriter writer_;

@@ -3,6 +3,7 @@
 #include "agent/exec.h"
 
 #include "agent/output_buffer.h"
+#include "agent/process_record.h"
 #include "agent/session.h"
 #include "agent/spawn.h"
 #include "os/errno_text.h"
@@ -12,6 +13,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <csignal>
 #include <fcntl.h>
 #include <poll.h>
@@ -36,12 +43,33 @@ int open_fifo(const std::string& path) {
   return fd;
 }
 
+// The eventfd a run's loop polls for a cancel: raised by the request's
+// cancel or, once the exec yielded, by process_kill; closed with the run, so
+// a late raise writes nowhere.
+struct CancelSignal {
+  std::mutex mutex;
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  void raise() {
+    std::lock_guard lock(mutex);
+    std::uint64_t one = 1;
+    if (fd >= 0) (void)!::write(fd, &one, sizeof one);
+  }
+  void close() {
+    std::lock_guard lock(mutex);
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
 // One exec in flight.
 struct Run {
   Run(std::size_t head, std::size_t tail) : out(head, tail), err(head, tail) {}
   std::string command;
   OutputBuffer out, err;
-  int out_fd = -1, err_fd = -1, cancel_fd = -1;
+  // Once the exec yielded, output goes here (the process table's record).
+  std::optional<ProcessTable::ExecFeed> feed;
+  int out_fd = -1, err_fd = -1;
+  std::shared_ptr<CancelSignal> cancel = std::make_shared<CancelSignal>();
   std::string report;
   bool reported = false, shell_died = false, timed_out = false, cancelled = false;
   int exit_code = 0;
@@ -68,16 +96,19 @@ void flush_stream(AgentRequest& request, std::string& pending, const char* name,
   pending.erase(0, chunk.size());
 }
 
-// Reads what is available on a non-blocking fd into the run's buffer.
-// Returns false at EOF.
-bool pump(int fd, OutputBuffer& buffer, std::string* pending, std::size_t max_bytes) {
+// Reads what is available on a non-blocking fd into the run's stdout or
+// stderr (its buffer, or its record once it yielded). Returns false at EOF.
+bool pump(int fd, Run& run, bool is_err, std::size_t max_bytes) {
   char chunk[64 * 1024];
   std::size_t total = 0;
+  std::string* pending = !run.stream ? nullptr : is_err ? &run.pending_err : &run.pending_out;
   while (total < max_bytes) {
     ssize_t n = read(fd, chunk, sizeof chunk);
     if (n > 0) {
-      buffer.append(std::string_view(chunk, static_cast<std::size_t>(n)));
-      if (pending && pending->size() < kStreamLimit) pending->append(chunk, static_cast<std::size_t>(n));
+      std::string_view data(chunk, static_cast<std::size_t>(n));
+      if (run.feed) run.feed->append(is_err, data);
+      else (is_err ? run.err : run.out).append(data);
+      if (pending && pending->size() < kStreamLimit) pending->append(data);
       total += static_cast<std::size_t>(n);
       continue;
     }
@@ -85,6 +116,64 @@ bool pump(int fd, OutputBuffer& buffer, std::string* pending, std::size_t max_by
     return !(n == 0);
   }
   return true;
+}
+
+// Where an exec with yield_ms hands its caller the answer: the result if
+// the command ends first, else what yield_result says at yield_ms.
+struct Yield {
+  std::chrono::milliseconds after{0};
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::optional<json> result;
+  std::exception_ptr error;
+  void answer(json r) {
+    std::lock_guard lock(mutex);
+    if (result || error) return;
+    result = std::move(r);
+    answered.notify_all();
+  }
+  void fail(std::exception_ptr e) {
+    std::lock_guard lock(mutex);
+    if (result || error) return;
+    error = std::move(e);
+    answered.notify_all();
+  }
+};
+
+// The answer at yield_ms: output so far (cut like an exec's) and the id
+// under which the command goes on. From here on the run's output goes to
+// the process table.
+json yield_result(Session& s, Run& run, const ExecEnv& ctx, const std::string& command) {
+  auto [out_budget, err_budget] = split_budget(cost_bound(run.out.total()), cost_bound(run.err.total()), ctx.config.inline_output_chars);
+  auto [out_lines, err_lines] = split_budget(run.out.lines() + 1, run.err.lines() + 1, kMaxShownLines);
+  auto out = run.out.inline_view(out_budget, out_lines);
+  auto err = run.err.inline_view(err_budget, err_lines);
+  auto duration = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - run.started);
+  std::string id = ctx.processes.reserve_exec_id();
+  json result = {
+      {"running", true},
+      {"process_id", id},
+      {"stdout", out.text},
+      {"stderr", err.text},
+      {"truncated", out.truncated || err.truncated},
+      {"duration_ms", duration.count()},
+      {"session", s.name},
+      {"stdout_bytes", run.out.total()},
+      {"stderr_bytes", run.err.total()},
+      // process_output from here pages what was cut, else shows what is new.
+      {"next_offset", out.truncated ? out.cut_from : run.out.total()},
+      {"stderr_next_offset", err.truncated ? err.cut_from : run.err.total()},
+      {"notice", "still running after yield_ms as " + id + "; process_output, process_wait and process_kill reach it. "
+                 "Session '" + s.name + "' runs it: its next command waits until it ends (another session does not)"},
+  };
+  std::int64_t started_ms = unix_ms() - duration.count();
+  std::weak_ptr<CancelSignal> cancel = run.cancel;
+  run.feed = ctx.processes.add_running_exec(id, command, s.shell.pid, std::move(run.out), std::move(run.err), started_ms,
+                                            [cancel] {
+                                              if (auto c = cancel.lock()) c->raise();
+                                            });
+  run.stream = false;
+  return result;
 }
 
 json finish(Session& s, Run& run, const ExecEnv& ctx) {
@@ -102,14 +191,15 @@ json finish(Session& s, Run& run, const ExecEnv& ctx) {
     s.cwd = cwd;
   }
   // Everything the command wrote before it ended is already in the FIFOs.
-  bool out_open = pump(run.out_fd, run.out, nullptr, 16 << 20);
-  bool err_open = pump(run.err_fd, run.err, nullptr, 16 << 20);
+  run.stream = false;
+  bool out_open = pump(run.out_fd, run, false, 16 << 20);
+  bool err_open = pump(run.err_fd, run, true, 16 << 20);
   // What is still pending goes in the reply only: a notification right before
   // the reply is one a client may drop (docs/protocol.md, "Progress").
   // Background jobs may still hold the FIFOs: keep them drained.
   if (out_open) ctx.io.drain(run.out_fd); else close(run.out_fd);
   if (err_open) ctx.io.drain(run.err_fd); else close(run.err_fd);
-  close(run.cancel_fd);
+  run.cancel->close();
   std::string n = std::to_string(s.seq);
   for (const char* prefix : {"/c", "/i", "/o", "/e"}) unlink((s.dir + prefix + n).c_str());
 
@@ -119,6 +209,10 @@ json finish(Session& s, Run& run, const ExecEnv& ctx) {
     // The shell reports a command killed by signal N as 128+N.
     std::string name = signal_name(run.exit_code - 128);
     if (name.rfind("SIG", 0) == 0 && std::isalpha(static_cast<unsigned char>(name[3]))) run.signal = name;
+  }
+  if (run.feed) {  // a yielded exec: its record has the output
+    run.feed->ended(run.exit_code, run.signal, killed);
+    return {};
   }
   auto duration = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - run.started);
   // Budgets are shown_cost (text and structuredContent together) and lines.
@@ -162,11 +256,14 @@ ExecRequest parse_exec(const json& params) {
   exec.timeout = std::chrono::milliseconds(
       std::max<std::int64_t>(1, param_int(params, "timeout_ms", contract::kDefaultTimeoutMs)));
   exec.env = param_env(params);
+  exec.yield = std::chrono::milliseconds(std::max<std::int64_t>(0, param_int(params, "yield_ms", 0)));
   return exec;
 }
 
-json run_exec(AgentRequest& request, const ExecRequest& exec, Session& s, const ExecEnv& ctx) {
-  const json& params = request.params();
+namespace {
+
+json run_in_shell(AgentRequest* request, const json& params, const ExecRequest& exec, Session& s, const ExecEnv& ctx,
+                  Yield* yield) {
   const std::string& command = exec.command;
   auto timeout = exec.timeout;
   const auto& env = exec.env;
@@ -213,7 +310,6 @@ json run_exec(AgentRequest& request, const ExecRequest& exec, Session& s, const 
   }
   run.out_fd = open_fifo(out_file);
   run.err_fd = open_fifo(err_file);
-  run.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
   std::string assignments;
   for (const auto& [key, value] : env) assignments += key + "=" + shell_quote(value) + " ";
@@ -232,15 +328,12 @@ json run_exec(AgentRequest& request, const ExecRequest& exec, Session& s, const 
     line = "__ab_pwd=$PWD; { builtin cd -- " + shell_quote(cwd_override) + " && " + body + "; }" + redirect +
            "; __ab_rc=$?; builtin cd -- \"$__ab_pwd\"; __ab_done $__ab_rc\n";
   }
-  int cancel_fd = run.cancel_fd;
-  request.on_cancel([cancel_fd] {
-    std::uint64_t one = 1;
-    (void)!::write(cancel_fd, &one, sizeof one);
-  });
+  request->on_cancel([cancel = run.cancel] { cancel->raise(); });
   // A write error means the shell is gone; its status pipe then says how it ended.
   rpc::write_all(s.control_fd, line);
 
   auto deadline = run.started + timeout;
+  auto yield_at = yield ? run.started + yield->after : Clock::time_point::max();
   // A stream at its end stays readable (POLLHUP): it leaves the poll set, or
   // the loop would spin while the shell is still writing its report.
   bool report_open = true, out_open = true, err_open = true;
@@ -250,18 +343,26 @@ json run_exec(AgentRequest& request, const ExecRequest& exec, Session& s, const 
       run.timed_out = true;
       break;
     }
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    if (now >= yield_at) {
+      // Still running: the caller gets what came so far and a process id;
+      // the command goes on here, its output into the process table.
+      yield->answer(yield_result(s, run, ctx, command));
+      request = nullptr;
+      yield_at = Clock::time_point::max();
+      continue;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline, yield_at) - now);
     if (run.stream) wait = std::min<std::chrono::milliseconds>(wait, kStreamInterval);
     // The shell's end is watched on the reaper's status pipe, not on EOF of
     // the report pipe: after `exec prog` the command still runs though the
     // shell (and its report pipe) is gone.
     pollfd fds[5] = {{report_open ? s.report_fd : -1, POLLIN, 0}, {out_open ? run.out_fd : -1, POLLIN, 0},
                      {err_open ? run.err_fd : -1, POLLIN, 0},
-                     {run.cancel_fd, POLLIN, 0}, {s.shell.status_fd, POLLIN, 0}};
+                     {run.cancel->fd, POLLIN, 0}, {s.shell.status_fd, POLLIN, 0}};
     int ready = poll(fds, 5, static_cast<int>(wait.count()) + 1);
     if (ready < 0 && errno != EINTR) break;
-    if (fds[1].revents) out_open = pump(run.out_fd, run.out, run.stream ? &run.pending_out : nullptr, 1 << 20);
-    if (fds[2].revents) err_open = pump(run.err_fd, run.err, run.stream ? &run.pending_err : nullptr, 1 << 20);
+    if (fds[1].revents) out_open = pump(run.out_fd, run, false, 1 << 20);
+    if (fds[2].revents) err_open = pump(run.err_fd, run, true, 1 << 20);
     if (fds[3].revents) {
       run.cancelled = true;
       break;
@@ -280,12 +381,35 @@ json run_exec(AgentRequest& request, const ExecRequest& exec, Session& s, const 
       }
     }
     if (run.stream && Clock::now() - run.last_flush >= kStreamInterval) {
-      flush_stream(request, run.pending_out, "stdout", run.streamed);
-      flush_stream(request, run.pending_err, "stderr", run.streamed);
+      flush_stream(*request, run.pending_out, "stdout", run.streamed);
+      flush_stream(*request, run.pending_err, "stderr", run.streamed);
       run.last_flush = Clock::now();
     }
   }
   return finish(s, run, ctx);
+}
+
+}  // namespace
+
+json run_exec(AgentRequest& request, const ExecRequest& exec, std::shared_ptr<Session> s, const ExecEnv& ctx) {
+  if (exec.yield.count() <= 0) return run_in_shell(&request, request.params(), exec, *s, ctx, nullptr);
+  // The command runs on a thread of its own, which holds the session for as
+  // long as it runs; this one answers with its result or, at yield_ms, with
+  // what came so far (whichever is first).
+  auto yield = std::make_shared<Yield>();
+  yield->after = exec.yield;
+  std::thread([&request, params = request.params(), exec, s, ctx, yield] {
+    try {
+      json result = run_in_shell(&request, params, exec, *s, ctx, yield.get());
+      yield->answer(std::move(result));  // ignored once it yielded
+    } catch (...) {
+      yield->fail(std::current_exception());
+    }
+  }).detach();
+  std::unique_lock lock(yield->mutex);
+  yield->answered.wait(lock, [&] { return yield->result || yield->error; });
+  if (yield->error) std::rethrow_exception(yield->error);
+  return std::move(*yield->result);
 }
 
 }  // namespace agentbox::agent

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -34,6 +35,10 @@ struct ExecRequest {
   std::string command;
   std::chrono::milliseconds timeout{contract::kDefaultTimeoutMs};
   std::map<std::string, std::string> env;  // for this command only
+  // 0: wait for the end. Else, a command still running after this long is
+  // answered with {running, process_id, output so far} and goes on under
+  // the process tools (docs/design.md, "exec that yields").
+  std::chrono::milliseconds yield{0};
 };
 ExecRequest parse_exec(const json& params);
 
@@ -51,6 +56,6 @@ struct ExecEnv {
 // Runs the command in session s and returns the exec result (exit_code,
 // stdout, stderr, ...; docs/protocol.md). Takes the session's run lock: one
 // command at a time per session.
-json run_exec(AgentRequest& request, const ExecRequest& exec, Session& s, const ExecEnv& ctx);
+json run_exec(AgentRequest& request, const ExecRequest& exec, std::shared_ptr<Session> s, const ExecEnv& ctx);
 
 }  // namespace agentbox::agent

@@ -4,6 +4,8 @@
 
 #include "os/utf8.h"
 #include "agent/file_paths.h"
+#include "agent/line_pattern.h"
+#include "agent/path_glob.h"
 #include "agent/output_buffer.h"
 
 #include <algorithm>
@@ -13,10 +15,8 @@
 #include <filesystem>
 #include <climits>
 #include <cstring>
-#include <fnmatch.h>
 #include <functional>
 #include <optional>
-#include <regex.h>
 #include <unistd.h>
 
 namespace agentbox::agent {
@@ -278,31 +278,6 @@ constexpr std::size_t kBinaryProbe = 8192;          // grep's test: a NUL byte n
 constexpr std::uint64_t kMaxSearchFileBytes = 64 << 20;
 constexpr std::size_t kMaxFilesScanned = 200'000;
 
-class Regex {
- public:
-  Regex(const std::string& pattern, bool ignore_case) {
-    int rc = regcomp(&re_, pattern.c_str(), REG_EXTENDED | REG_NEWLINE | (ignore_case ? REG_ICASE : 0));
-    if (rc != 0) {
-      char message[256];
-      regerror(rc, &re_, message, sizeof message);
-      throw SandboxError(codes::kInvalidArguments, "pattern is not a valid extended regular expression: " + std::string(message));
-    }
-  }
-  ~Regex() { regfree(&re_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // REG_STARTEND: matches within [begin, end) without copying the line.
-  bool matches(const char* begin, const char* end) const {
-    regmatch_t m[1];
-    m[0].rm_so = 0;
-    m[0].rm_eo = static_cast<regoff_t>(end - begin);
-    return regexec(&re_, begin, 1, m, REG_STARTEND) == 0;
-  }
-
- private:
-  regex_t re_;
-};
 
 bool read_whole(const std::string& path, std::uint64_t size, std::string& buffer) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -320,63 +295,12 @@ bool read_whole(const std::string& path, std::uint64_t size, std::string& buffer
   return true;
 }
 
-// Glob patterns as agents write them for ripgrep and friends: `{a,b}`
-// alternatives (nested too), then per '/'-separated segment fnmatch syntax,
-// with a `**` segment standing for any number of directories (none included).
-constexpr std::size_t kMaxGlobAlternatives = 256;
-constexpr long kMaxGlobStars = 4;
-
-std::vector<std::string> expand_braces(const std::string& glob) {
-  std::size_t open = glob.find('{');
-  if (open == std::string::npos) return {glob};
-  int depth = 0;
-  std::vector<std::size_t> commas;
-  std::size_t close = std::string::npos;
-  for (std::size_t i = open; i < glob.size() && close == std::string::npos; ++i) {
-    if (glob[i] == '{') ++depth;
-    else if (glob[i] == '}' && --depth == 0) close = i;
-    else if (glob[i] == ',' && depth == 1) commas.push_back(i);
-  }
-  if (close == std::string::npos) return {glob};  // unbalanced: taken literally
-  std::vector<std::string> out;
-  std::size_t from = open + 1;
-  commas.push_back(close);
-  for (std::size_t comma : commas) {
-    std::string alternative = glob.substr(0, open) + glob.substr(from, comma - from) + glob.substr(close + 1);
-    for (auto& e : expand_braces(alternative)) out.push_back(std::move(e));
-    if (out.size() > kMaxGlobAlternatives) return out;  // the caller refuses it
-    from = comma + 1;
-  }
-  return out;
-}
-
-std::vector<std::string> split_segments(const std::string& path) {
-  std::vector<std::string> out;
-  std::size_t from = 0;
-  for (std::size_t slash; (slash = path.find('/', from)) != std::string::npos; from = slash + 1)
-    if (slash > from) out.push_back(path.substr(from, slash - from));
-  if (from < path.size()) out.push_back(path.substr(from));
-  return out;
-}
-
-bool match_segments(const std::vector<std::string>& glob, std::size_t g, const std::vector<std::string>& path,
-                    std::size_t p) {
-  if (g == glob.size()) return p == path.size();
-  if (glob[g] == "**") {
-    for (std::size_t skip = p; skip <= path.size(); ++skip)
-      if (match_segments(glob, g + 1, path, skip)) return true;
-    return false;
-  }
-  return p < path.size() && fnmatch(glob[g].c_str(), path[p].c_str(), FNM_PERIOD) == 0 &&
-         match_segments(glob, g + 1, path, p + 1);
-}
-
 }  // namespace
 
 json file_search(AgentRequest& request, const FileEnv& env) {
   const json& params = request.params();
   std::string pattern = require_string(params, "pattern");
-  Regex regex(pattern, params.value("case_insensitive", false));
+  LinePattern regex(pattern, params.value("case_insensitive", false));
   std::string root = has(params, "path") ? file_param_path(params, "path", env.cwd) : env.cwd;
   std::string glob = param_string(params, "glob", "");
   std::size_t max_results = bounded(params, "max_results", 100, kMaxSearchResults);
@@ -435,30 +359,9 @@ json file_search(AgentRequest& request, const FileEnv& env) {
     }
     return true;
   };
-  // Without '/' a glob matches the file name at any depth (rg -g "*.py");
-  // with one, the path below the search root, segment by segment.
-  std::vector<std::vector<std::string>> globs;
-  bool by_name = glob.find('/') == std::string::npos;
-  // Bounds that keep a pattern's cost small: braces multiply, and each '**'
-  // multiplies the ways a path can match.
-  auto expanded = expand_braces(glob);
-  if (expanded.size() > kMaxGlobAlternatives)
-    throw SandboxError(codes::kInvalidArguments, "glob has more than " + std::to_string(kMaxGlobAlternatives) +
-                                                    " alternatives once its {...} are expanded");
-  for (const auto& g : expanded) {
-    globs.push_back(split_segments(g));
-    if (std::count(globs.back().begin(), globs.back().end(), "**") > kMaxGlobStars)
-      throw SandboxError(codes::kInvalidArguments,
-                         "glob has more than " + std::to_string(kMaxGlobStars) + " '**' segments");
-  }
+  PathGlob path_glob(glob);
   auto glob_matches = [&](const std::string& path, const std::string& name) {
-    if (glob.empty()) return true;
-    std::vector<std::string> relative =
-        by_name ? std::vector<std::string>{name}
-                : split_segments(path.size() > root.size() ? path.substr(root.size()) : name);
-    for (const auto& g : globs)
-      if (match_segments(g, 0, relative, 0)) return true;
-    return false;
+    return path_glob.matches(path.size() > root.size() ? path.substr(root.size()) : name);
   };
 
   if (S_ISREG(st.st_mode)) {

@@ -57,6 +57,15 @@ void IoLoop::drain(int fd) {
   watch(fd, [](std::string_view) {}, nullptr);
 }
 
+void IoLoop::close_later(int fd) {
+  {
+    std::lock_guard lock(mutex_);
+    closing_.push_back(fd);
+  }
+  std::uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+}
+
 void IoLoop::run() {
   epoll_event events[64];
   char buffer[64 * 1024];
@@ -72,6 +81,22 @@ void IoLoop::run() {
         std::uint64_t value;
         (void)!read(wake_fd_, &value, sizeof value);
         if (stop_) return;
+        std::vector<std::pair<int, std::shared_ptr<Watch>>> closing;
+        {
+          std::lock_guard lock(mutex_);
+          for (int c : closing_) {
+            auto it = watches_.find(c);
+            if (it == watches_.end()) continue;
+            closing.emplace_back(c, it->second);
+            watches_.erase(it);
+          }
+          closing_.clear();
+        }
+        for (auto& [c, w] : closing) {
+          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c, nullptr);
+          close(c);
+          if (w->on_end) w->on_end();
+        }
         continue;
       }
       std::shared_ptr<Watch> w;

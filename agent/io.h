@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace agentbox::agent {
 
@@ -30,6 +31,10 @@ class IoLoop {
   // Reads and discards until EOF: for output of background jobs (`cmd &`)
   // still holding a finished command's pipe, which must not fill up and block them.
   void drain(int fd);
+  // Stops watching fd and closes it (on_end runs), on the loop's thread so a
+  // read in progress never meets a closed or reused fd. For fds that never
+  // end by themselves (inotify).
+  void close_later(int fd);
 
  private:
   struct Watch {
@@ -42,6 +47,7 @@ class IoLoop {
   int wake_fd_ = -1;
   std::mutex mutex_;
   std::map<int, std::shared_ptr<Watch>> watches_;
+  std::vector<int> closing_;  // guarded by mutex_
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

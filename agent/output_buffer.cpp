@@ -134,6 +134,15 @@ std::string OutputBuffer::bytes_between(std::uint64_t from, std::uint64_t to) co
   return out;
 }
 
+std::array<OutputBuffer::Run, 2> OutputBuffer::held_runs(std::uint64_t offset) const {
+  std::array<Run, 2> runs;
+  std::string_view head(head_), tail(tail_);
+  if (offset < head.size()) runs[0] = {offset, head.substr(static_cast<std::size_t>(offset))};
+  std::uint64_t from = std::max(offset, tail_start_);
+  if (from < total_) runs[1] = {from, tail.substr(static_cast<std::size_t>(from - tail_start_))};
+  return runs;
+}
+
 OutputBuffer::Slice OutputBuffer::read(std::uint64_t offset, std::size_t budget, std::size_t max_lines) const {
   Slice slice;
   offset = std::min(offset, total_);

@@ -10,6 +10,7 @@
 // 2,000 lines still shows its last line.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -50,6 +51,13 @@ class OutputBuffer {
 
   // Every byte still held from `offset` on (what a pattern is matched against).
   std::string held_from(std::uint64_t offset) const { return bytes_between(offset, total_); }
+  // The same in place, as the head's and the tail's runs (either may be
+  // empty); valid until the next append.
+  struct Run {
+    std::uint64_t offset = 0;
+    std::string_view bytes;
+  };
+  std::array<Run, 2> held_runs(std::uint64_t offset) const;
 
   // The whole stream if it fits in budget and max_lines, else its head and
   // tail around a one-line marker. `cut_from` is the first byte not shown

@@ -1,5 +1,6 @@
 #include "agent/processes.h"
 
+#include "agent/process_record.h"
 #include "os/errno_text.h"
 #include "agent/spawn.h"
 #include "agent/services.h"
@@ -12,7 +13,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <regex>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,34 +22,8 @@ namespace agentbox::agent {
 
 using Clock = std::chrono::steady_clock;
 
-struct ProcessTable::Record {
-  Record(std::size_t head, std::size_t tail) : out(head, tail), err(head, tail) {}
-  std::string id;
-  std::string command;
-  bool background = true;
-  pid_t reaper = -1;
-  pid_t pid = -1;
-  std::string status = "running";
-  std::optional<int> exit_code;
-  std::string signal;
-  OutputBuffer out, err;
-  int open_streams = 0;
-  int stdin_fd = -1;
-  std::string status_bytes;  // the reaper's report arrives as 4 raw bytes
-  bool kill_requested = false;
-  bool service = false;  // restart "on-restore": kept in the services file (services.h)
-  // Wall-clock milliseconds (the host's clock: a box has no time namespace)
-  // of the start and the end; the server shows what its network proxy
-  // denied in between (docs/network.md, "Deny reasons"). 0: unknown.
-  std::int64_t started_unix_ms = 0, ended_unix_ms = 0;
-  std::condition_variable changed;
-};
 
 namespace {
-
-std::int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 void set_exit(int wait_status, std::string& status, std::optional<int>& exit_code, std::string& signal) {
   if (WIFEXITED(wait_status)) {
@@ -355,63 +329,6 @@ json ProcessTable::list(const json& params) {
   return result;
 }
 
-json ProcessTable::output(AgentRequest& request) {
-  const json& params = request.params();
-  auto record = find(params);
-  std::uint64_t offset = static_cast<std::uint64_t>(std::max<std::int64_t>(0, param_int(params, "offset", 0)));
-  std::uint64_t err_offset =
-      static_cast<std::uint64_t>(std::max<std::int64_t>(0, param_int(params, "stderr_offset", 0)));
-  auto wait = std::chrono::milliseconds(std::clamp<std::int64_t>(param_int(params, "wait_ms", 0), 0, 300'000));
-  std::string pattern_text = param_string(params, "pattern", "");
-  std::optional<std::regex> pattern;
-  if (!pattern_text.empty()) {
-    try {
-      pattern.emplace(pattern_text, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw SandboxError(codes::kInvalidArguments, "pattern is not a valid regular expression: " + std::string(e.what()));
-    }
-  }
-  std::size_t budget = config_.inline_output_chars;
-  request.on_cancel([record, this] {
-    std::lock_guard inner(mutex_);
-    record->changed.notify_all();
-  });
-  std::unique_lock lock(mutex_);
-  bool matched = false;
-  auto done = [&] {
-    bool finished = record->status != "running" && record->open_streams == 0;
-    if (pattern) {
-      std::string fresh = record->out.held_from(offset) + "\n" + record->err.held_from(err_offset);
-      matched = std::regex_search(fresh, *pattern);
-      return matched || finished || request.cancelled();
-    }
-    return record->out.total() > offset || record->err.total() > err_offset || finished || request.cancelled();
-  };
-  if (wait.count() > 0) record->changed.wait_for(lock, wait, done);
-  else done();
-  // Budgets are shown_cost (text and structuredContent together); each
-  // stream keeps some, so a flood on one does not starve the other.
-  auto [out_budget, err_budget] = split_budget(cost_bound(record->out.total() - std::min(offset, record->out.total())),
-                                               cost_bound(record->err.total() - std::min(err_offset, record->err.total())), budget);
-  auto out = record->out.read(offset, std::max<std::size_t>(out_budget, 1024), kMaxShownLines - kMaxShownLines / 4);
-  auto err = record->err.read(err_offset, std::max<std::size_t>(err_budget, 1024), kMaxShownLines / 4);
-  json result = describe(*record);
-  result.erase("command");
-  result["stdout"] = out.data;
-  result["stderr"] = err.data;
-  result["next_offset"] = out.next_offset;
-  result["stderr_next_offset"] = err.next_offset;
-  result["stdout_bytes"] = record->out.total();
-  result["stderr_bytes"] = record->err.total();
-  result["complete"] = record->status != "running" && record->open_streams == 0 &&
-                       out.next_offset == record->out.total() && err.next_offset == record->err.total();
-  if (pattern) result["matched"] = matched;
-  // For the server only (it removes them): the span its proxy's denials count in.
-  if (record->started_unix_ms) result["started_unix_ms"] = record->started_unix_ms;
-  if (record->ended_unix_ms) result["ended_unix_ms"] = record->ended_unix_ms;
-  return result;
-}
-
 json ProcessTable::wait(AgentRequest& request) {
   const json& params = request.params();
   auto record = find(params);
@@ -471,7 +388,17 @@ json ProcessTable::kill(const json& params) {
     std::lock_guard lock(mutex_);
     record->service = false;
   }
-  if (record->reaper <= 0) {
+  std::function<void()> cancel;
+  {
+    std::lock_guard lock(mutex_);
+    cancel = record->cancel;
+    if (cancel) record->kill_requested = true;
+  }
+  if (cancel) {
+    // A yielded exec: it runs in its session's shell, whose tree is killed
+    // (the session comes back as it was after its previous command).
+    cancel();
+  } else if (record->reaper <= 0) {
     // Lost at a teardown: nothing to signal (and kill(-1) would hit everything).
   } else if (sig == SIGKILL) {
     {
@@ -519,30 +446,6 @@ json ProcessTable::write(const json& params) {
     record->stdin_fd = -1;
   }
   return {{"bytes_written", written}};
-}
-
-std::string ProcessTable::reserve_exec_id() {
-  std::lock_guard lock(mutex_);
-  return "exec-" + std::to_string(next_id_++);
-}
-
-void ProcessTable::add_exec_output(const std::string& id, const std::string& command, OutputBuffer out,
-                                   OutputBuffer err, int exit_code) {
-  auto record = std::make_shared<Record>(0, 0);
-  record->out = std::move(out);
-  record->err = std::move(err);
-  record->command = command;
-  record->background = false;
-  record->status = "exited";
-  record->exit_code = exit_code;
-  record->id = id;
-  std::lock_guard lock(mutex_);
-  records_[record->id] = record;
-  exec_ids_.push_back(record->id);
-  if (exec_ids_.size() > kMaxExecOutputs) {
-    records_.erase(exec_ids_.front());
-    exec_ids_.pop_front();
-  }
 }
 
 json ProcessTable::adopt_lost(const json& params) {

@@ -19,6 +19,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <sys/types.h>
 
 namespace agentbox::agent {
 
@@ -30,6 +32,8 @@ struct SessionContext {
 using SessionResolver = std::function<SessionContext(const std::string& name)>;
 
 class ProcessTable {
+  struct Record;
+
  public:
   ProcessTable(IoLoop& io, const AgentConfig& config, SessionResolver resolve);
   ~ProcessTable();
@@ -45,6 +49,21 @@ class ProcessTable {
   std::string reserve_exec_id();
   void add_exec_output(const std::string& id, const std::string& command, OutputBuffer out, OutputBuffer err,
                        int exit_code);
+  // An exec that yielded (exec.h) goes on under the table as a running
+  // process: the exec's thread feeds its output and reports its end;
+  // process_kill calls `cancel`, which kills the session's tree.
+  class ExecFeed {
+   public:
+    void append(bool is_err, std::string_view data);
+    void ended(int exit_code, const std::string& signal, bool killed);
+
+   private:
+    friend class ProcessTable;
+    ProcessTable* table_ = nullptr;
+    std::shared_ptr<Record> record_;
+  };
+  ExecFeed add_running_exec(const std::string& id, const std::string& command, pid_t pid, OutputBuffer out,
+                            OutputBuffer err, std::int64_t started_unix_ms, std::function<void()> cancel);
   std::vector<std::string> background_ids();
   // Records processes a teardown ended (status "lost"), so process_list
   // after a restore says what happened to them.
@@ -60,7 +79,6 @@ class ProcessTable {
   static constexpr std::size_t kShownCommandCost = 200;  // of a command in results (shown_cost)
 
  private:
-  struct Record;
   // What a start needs, from process_start or from the services file.
   struct Launch {
     std::string id;  // empty: a new one

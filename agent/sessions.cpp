@@ -350,7 +350,7 @@ void stop_shell(Session& s) {
 json Sessions::exec(AgentRequest& request) {
   ExecRequest exec = parse_exec(request.params());
   auto s = get(param_string(request.params(), "session", "default"));
-  return run_exec(request, exec, *s, {config_, io_, processes_, mutex_});
+  return run_exec(request, exec, s, {config_, io_, processes_, mutex_});
 }
 
 void Sessions::kill_all() {

@@ -1,4 +1,5 @@
 #include "agent/terminals.h"
+#include "agent/line_pattern.h"
 
 #include "agent/output_buffer.h"
 #include "agent/screen.h"
@@ -14,7 +15,6 @@
 #include <fcntl.h>
 #include <optional>
 #include <poll.h>
-#include <regex>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <termios.h>
@@ -78,17 +78,6 @@ std::pair<int, int> open_pty(Size size) {
     throw;
   }
   return {master, program};
-}
-
-std::optional<std::regex> pattern_param(const json& params) {
-  std::string text = param_string(params, "pattern", "");
-  if (text.empty()) return std::nullopt;
-  try {
-    // Multiline: ^ and $ match at each line, as a reader of a terminal expects.
-    return std::regex(text, std::regex::ECMAScript | std::regex::multiline);
-  } catch (const std::regex_error& e) {
-    throw SandboxError(codes::kInvalidArguments, "pattern is not a valid regular expression: " + std::string(e.what()));
-  }
 }
 
 }  // namespace
@@ -300,15 +289,25 @@ void TerminalTable::watch(const std::shared_ptr<Terminal>& terminal, int read_fd
 json TerminalTable::wait_and_show(std::unique_lock<std::mutex>& lock, Terminal& t, std::uint64_t cursor,
                                   const json& params, AgentRequest& request) {
   auto wait = std::chrono::milliseconds(std::clamp<std::int64_t>(param_int(params, "wait_ms", 0), 0, kMaxWaitMs));
-  auto pattern = pattern_param(params);
+  std::string pattern_text = param_string(params, "pattern", "");
+  std::optional<LinePattern> pattern;
+  std::optional<LineScanner> scanner;
+  if (!pattern_text.empty()) {
+    pattern.emplace(pattern_text);
+    scanner.emplace(*pattern, cursor);
+  }
   auto deadline = Clock::now() + wait;
   bool matched = false;
+  std::uint64_t screen_seen = cursor;  // output the screen was last matched after
   for (;;) {
     if (pattern && !matched) {
       // The screen counts once output has come after the cursor: before,
       // it is what the call was made on (a write's keys not yet echoed).
-      matched = std::regex_search(t.out.held_from(cursor), *pattern) ||
-                (t.screen && t.out.total() > cursor && std::regex_search(t.screen->text(), *pattern));
+      matched = scanner->scan(t.out);
+      if (!matched && t.screen && t.out.total() > screen_seen) {
+        screen_seen = t.out.total();
+        matched = pattern->search_lines(t.screen->text());
+      }
       // What matched is often drawn in the middle of a redraw: the rest of
       // the burst is let in (up to kMatchSettle) before the screen is shown.
       if (matched) deadline = std::min(deadline, Clock::now() + kMatchSettle);
@@ -369,6 +368,8 @@ json TerminalTable::write(AgentRequest& request) {
   if (data.size() > kMaxWrite)
     throw SandboxError(codes::kInvalidArguments, "data is " + std::to_string(data.size()) + " bytes; a write takes at most " +
                                                      std::to_string(kMaxWrite));
+  // A bad pattern is refused before any key is sent.
+  if (std::string p = param_string(params, "pattern", ""); !p.empty()) LinePattern check(p);
   std::uint64_t cursor;
   int fd;
   {

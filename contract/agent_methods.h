@@ -51,6 +51,10 @@ inline constexpr const char* kFileDelete = "file.delete";
 inline constexpr const char* kFileMove = "file.move";
 inline constexpr const char* kFileList = "file.list";
 inline constexpr const char* kFileSearch = "file.search";
+// File watches (agent/watches.h). Not "file.": a wait for changes must
+// not hold up its session's line.
+inline constexpr const char* kWatchAdd = "watch.add";
+inline constexpr const char* kWatchChanges = "watch.changes";
 // Every file method's name starts with this (they take a place in their
 // session's line like exec, agent/session_queue.h).
 inline constexpr std::string_view kFilePrefix = "file.";

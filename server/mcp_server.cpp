@@ -13,7 +13,9 @@ namespace {
 constexpr const char* kInstructions =
     "agentbox gives this conversation its own sandboxed Linux machine. Use exec to run commands, the file_* "
     "tools to read and change files under /workspace, sessions for separate shells, and process_* for "
-    "long-running programs. The workspace survives idle periods and restarts.";
+    "long-running programs (exec with yield_ms hands a command that may outlast your tool timeout over to "
+    "them), terminal_* for programs that want a terminal (REPLs, vim, installers), file_watch and "
+    "file_changes to notice changes. The workspace survives idle periods and restarts.";
 
 // Lists do not change while the server runs; hosts may cache them this long.
 constexpr int kListTtlMs = 5 * 60 * 1000;

@@ -21,6 +21,15 @@ std::string exec_text(const json& r) {
     text += "[stderr]\n" + err;
   }
   if (!text.empty() && text.back() != '\n') text += '\n';
+  if (r.value("running", false)) {
+    // exec {yield_ms}: the command goes on as a process.
+    std::string id = json(r.value("process_id", "")).dump();
+    return text + "[still running after " + std::to_string(r.value("duration_ms", 0)) + " ms as process " + id +
+           "; next: process_output process_id " + id + " offset " + std::to_string(r.value("next_offset", 0)) +
+           " stderr_offset " + std::to_string(r.value("stderr_next_offset", 0)) +
+           " (wait_ms to wait), process_wait for its end, process_kill to stop it. Its session runs nothing else "
+           "until it ends]";
+  }
   if (r.contains("notice")) text += r["notice"].get<std::string>() + "\n";
   text += "[exit code " + std::to_string(r.value("exit_code", -1));
   if (r.contains("signal")) text += " (" + r["signal"].get<std::string>() + ")";

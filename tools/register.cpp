@@ -8,6 +8,7 @@ void register_session_tools(Registry& registry, const Services& services);
 void register_process_tools(Registry& registry, const Services& services);
 void register_terminal_tools(Registry& registry, const Services& services);
 void register_file_tools(Registry& registry, const Services& services);
+void register_watch_tools(Registry& registry, const Services& services);
 void register_snapshot_tools(Registry& registry, const Services& services);
 void register_network_tools(Registry& registry, const Services& services);
 void register_debug_tools(Registry& registry);
@@ -20,6 +21,7 @@ void register_all(Registry& registry, const Services& services) {
   register_terminal_tools(registry, services);
   register_snapshot_tools(registry, services);
   register_file_tools(registry, services);
+  register_watch_tools(registry, services);
   register_network_tools(registry, services);
   if (services.test_tools) register_debug_tools(registry);
 }

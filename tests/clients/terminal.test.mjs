@@ -153,6 +153,22 @@ describe('terminals', () => {
     assert.equal(status.stdout, 'alive\n');
   });
 
+  test('a pattern over a 200 KB line neither kills nor hangs the agent', async (t) => {
+    // What a box prints is an attacker's input: std::regex overflowed its
+    // stack on `a.*z` over such a line and never ended on `(a*)*b`.
+    const s = await serve(t);
+    const c = (name, args) => call(s.client, name, args, s.stderr);
+    const { terminal_id } = await c('terminal_start', { command: "python3 -c \"print('a' * 200000 + 'z'); print('ready')\"; sleep 60" });
+    const r = await c('terminal_read', { terminal_id, wait_ms: 20_000, pattern: 'a.*z|^ready' });
+    assert.equal(r.matched, true);
+    const started = Date.now();
+    const none = await c('terminal_read', { terminal_id, cursor: 0, wait_ms: 1_000, pattern: '(a*)*b' });
+    assert.equal(none.matched, false);
+    assert.ok(Date.now() - started < 10_000, `the wait ended after ${Date.now() - started} ms`);
+    assert.equal((await c('exec', { command: 'echo alive' })).stdout, 'alive\n');
+    assert.equal((await c('terminal_list')).terminals[0].status, 'running');
+  });
+
   test('bad sizes and oversized writes are refused with a sentence', async (t) => {
     const s = await serve(t);
     const big = await s.client.callTool({ name: 'terminal_start', arguments: { cols: 500, rows: 200 } }, undefined, CALL);

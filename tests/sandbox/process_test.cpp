@@ -128,3 +128,18 @@ TEST_CASE("a process's output buffer is bounded and says what it dropped") {
   CHECK(text.substr(text.size() - 4) == "END\n");
   CHECK(text.size() < 5000);
 }
+
+TEST_CASE("process_output's pattern over a 200 KB line neither kills nor hangs the agent", "[wall]") {
+  // A box's output is an attacker's input: std::regex overflowed its stack
+  // on `a.*z` over such a line (the agent died) and never ended on `(a*)*b`.
+  SandboxFixture f;
+  auto id = f.call("process.start",
+                   {{"command", "python3 -c \"print('a' * 200000 + 'z'); print('ready')\"; sleep 60"}})["process_id"];
+  auto out = f.call("process.output", {{"process_id", id}, {"wait_ms", 10000}, {"pattern", "a.*z|^ready"}});
+  CHECK(out["matched"] == true);
+  auto start = std::chrono::steady_clock::now();
+  auto none = f.call("process.output", {{"process_id", id}, {"wait_ms", 1000}, {"pattern", "(a*)*b"}});
+  CHECK(none["matched"] == false);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK(f.exec("echo alive")["stdout"] == "alive\n");
+}

@@ -9,7 +9,7 @@ using namespace agentbox::tools::test;
 TEST_CASE("every tool is registered with a schema hosts accept", "[tools][arguments]") {
   ToolHarness tools(nullptr);
   auto definitions = tools.registry.definitions();
-  CHECK(definitions.size() == 32);  // 26 + the six terminal_* tools (issue 16)
+  CHECK(definitions.size() == 34);  // 26 + the six terminal_* tools, file_watch and file_changes (issue 16)
   for (const auto& d : definitions) {
     INFO(d["name"]);
     CHECK(d.contains("outputSchema"));
