@@ -6,6 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <mutex>
+
 namespace agentbox::server {
 
 namespace {
@@ -36,6 +39,47 @@ class ToolCallContext : public tools::CallContext {
  private:
   std::shared_ptr<Call> call_;
   std::string conversation_;
+};
+
+// What a tool running as a task sees: its call was answered with the
+// CreateTaskResult, so progress goes out on the original progressToken
+// (valid for the task's life), at most once a second, and cancellation is
+// the task's (tasks/cancel).
+class TaskCallContext : public tools::CallContext {
+ public:
+  TaskCallContext(Dispatcher& dispatcher, TaskStore& tasks, std::string id, std::string conversation,
+                  std::optional<json> token)
+      : dispatcher_(dispatcher), tasks_(tasks), id_(std::move(id)), conversation_(std::move(conversation)),
+        token_(std::move(token)) {}
+  const std::string& conversation() const override { return conversation_; }
+  void progress(double done, std::optional<double> total, const std::string& message) override {
+    if (!token_) return;
+    std::lock_guard lock(mutex_);
+    auto now = std::chrono::steady_clock::now();
+    if (sent_ > 0 && now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    // Values must increase: the count of reports sent, or done when larger.
+    double value = std::max(done, static_cast<double>(++sent_));
+    if (value <= last_value_) value = last_value_ + 1;
+    last_value_ = value;
+    json params = {{"progressToken", *token_}, {"progress", value}, {"message", message},
+                   {"_meta", {{"io.modelcontextprotocol/related-task", {{"taskId", id_}}}}}};
+    if (total && *total >= value) params["total"] = *total;
+    dispatcher_.notify("notifications/progress", params);
+  }
+  bool cancelled() const override { return tasks_.cancelled(id_); }
+  void on_cancel(std::function<void()> fn) override { tasks_.on_cancel(id_, std::move(fn)); }
+  void release_order() override {}
+
+ private:
+  Dispatcher& dispatcher_;
+  TaskStore& tasks_;
+  std::string id_, conversation_;
+  std::optional<json> token_;
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point last_;
+  int sent_ = 0;
+  double last_value_ = 0;
 };
 
 // Moves the result in: structuredContent may hold a megabyte page. An error
@@ -80,7 +124,10 @@ const tools::Registry::Entry* tool_with_bad_arguments(const tools::Registry& reg
 }  // namespace
 
 McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, McpOptions options)
-    : dispatcher_(dispatcher), registry_(registry), options_(std::move(options)) {
+    : dispatcher_(dispatcher),
+      registry_(registry),
+      options_(std::move(options)),
+      tasks_([this](const json& task) { dispatcher_.notify("notifications/tasks/status", task); }) {
   using Run = Dispatcher::Run;
   using Gate = Dispatcher::Gate;
   auto bind = [this](void (McpServer::*method)(const std::shared_ptr<Call>&)) {
@@ -114,6 +161,16 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
                                                        meta != params.end() ? *meta : none,
                                                        options_.default_conversation);
                          });
+  // Tasks (server/tasks.h): quick, so on the reader thread; tasks/result
+  // that must wait is answered later by the task's end.
+  dispatcher_.on_request("tasks/get", Run::Inline, Gate::Initialized,
+                         [this](std::shared_ptr<Call> call) { call->reply(tasks_.get(call->params())); });
+  dispatcher_.on_request("tasks/result", Run::Inline, Gate::Initialized,
+                         [this](std::shared_ptr<Call> call) { tasks_.result(call); });
+  dispatcher_.on_request("tasks/cancel", Run::Inline, Gate::Initialized,
+                         [this](std::shared_ptr<Call> call) { call->reply(tasks_.cancel(call->params())); });
+  dispatcher_.on_request("tasks/list", Run::Inline, Gate::Initialized,
+                         [this](std::shared_ptr<Call> call) { call->reply(tasks_.list(call->params())); });
   dispatcher_.on_notification("notifications/initialized", [](const json&) { spdlog::debug("client initialized"); });
 
   forward_logs_to_client([this](spdlog::level::level_enum level, const std::string& logger, const std::string& text) {
@@ -124,8 +181,12 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
 
 McpServer::~McpServer() { forward_logs_to_client(nullptr); }
 
-json McpServer::capabilities() const {
-  return json{{"tools", json{{"listChanged", false}}}, {"logging", json::object()}};
+json McpServer::capabilities(bool with_tasks) const {
+  json c = {{"tools", json{{"listChanged", false}}}, {"logging", json::object()}};
+  if (with_tasks)
+    c["tasks"] = {{"list", json::object()}, {"cancel", json::object()},
+                  {"requests", {{"tools", {{"call", json::object()}}}}}};
+  return c;
 }
 
 json McpServer::server_info() const {
@@ -145,8 +206,11 @@ void McpServer::initialize(const std::shared_ptr<Call>& call) {
                             : std::string(kInitializeVersions.front());
   spdlog::info("initialize from {} {} asking {}, speaking {}", params.client_info.name, params.client_info.version,
                params.protocol_version, version);
+  // Tasks came with 2025-11-25; the 2026 era's tasks extension is not built.
+  bool with_tasks = version == "2025-11-25";
+  tasks_declared_ = with_tasks;
   call->reply(json{{"protocolVersion", version},
-                   {"capabilities", capabilities()},
+                   {"capabilities", capabilities(with_tasks)},
                    {"serverInfo", server_info()},
                    {"instructions", kInstructions}});
   dispatcher_.set_initialized();
@@ -154,7 +218,7 @@ void McpServer::initialize(const std::shared_ptr<Call>& call) {
 
 void McpServer::discover(const std::shared_ptr<Call>& call) {
   call->reply(json{{"supportedVersions", supported_versions_json()},
-                   {"capabilities", capabilities()},
+                   {"capabilities", capabilities(false)},
                    {"serverInfo", server_info()},
                    {"instructions", kInstructions},
                    {"ttlMs", kListTtlMs},
@@ -213,6 +277,11 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
     return;
   }
   std::string conversation = resolve_conversation(params.arguments, call->meta().raw, options_.default_conversation);
+  const json& raw = call->params();
+  if (tasks_declared_ && !call->modern() && raw.contains("task") && raw["task"].is_object()) {
+    call_tool_as_task(call, *tool, params.name, params.arguments, conversation);
+    return;
+  }
   auto context = std::make_shared<ToolCallContext>(call, conversation);
   tools::ToolReply reply(params.name, answer);
   try {
@@ -220,6 +289,37 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
   } catch (const std::exception& e) {
     // A tool that throws is a server bug; the model still gets a result.
     spdlog::error("tool {} failed: {}", params.name, e.what());
+    reply(tools::ToolResult::error(codes::kInternal, std::string("the tool failed: ") + e.what()));
+  }
+}
+
+void McpServer::call_tool_as_task(const std::shared_ptr<Call>& call, const tools::Registry::Entry& tool,
+                                  const std::string& name, const json& arguments, const std::string& conversation) {
+  const json& definition = registry_.definition(tool);
+  std::string support = definition.contains("execution") ? definition["execution"].value("taskSupport", "forbidden") : "forbidden";
+  if (support != "optional" && support != "required")
+    throw ProtocolError(rpc::ErrorCode::MethodNotFound,
+                        "tool " + name + " does not run as a task (its execution.taskSupport is forbidden); call it without task",
+                        json{{"field", "params.task"}});
+  const json& task_params = call->params()["task"];
+  std::optional<std::int64_t> ttl;
+  if (task_params.contains("ttl") && task_params["ttl"].is_number()) ttl = task_params["ttl"].get<std::int64_t>();
+  std::string id;
+  json task = tasks_.create(ttl, id);
+  spdlog::info("tools/call {} runs as task {}", name, id);
+  call->reply(json{{"task", task},
+                   {"_meta", {{"io.modelcontextprotocol/model-immediate-response",
+                               name + " runs as task " + id + "; its result comes when the task completes"}}}});
+  auto context = std::make_shared<TaskCallContext>(dispatcher_, tasks_, id, conversation, call->meta().progress_token);
+  auto store = &tasks_;
+  tools::ToolReply reply(name, [store, id](tools::ToolResult result) {
+    bool is_error = result.is_error;
+    store->finish(id, call_tool_result(std::move(result)), is_error);
+  });
+  try {
+    registry_.function(tool)(arguments, context, reply);
+  } catch (const std::exception& e) {
+    spdlog::error("tool {} failed: {}", name, e.what());
     reply(tools::ToolResult::error(codes::kInternal, std::string("the tool failed: ") + e.what()));
   }
 }

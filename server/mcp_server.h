@@ -4,8 +4,10 @@
 #pragma once
 
 #include "server/dispatcher.h"
+#include "server/tasks.h"
 #include "tools/registry.h"
 
+#include <atomic>
 #include <string>
 
 namespace agentbox::server {
@@ -29,13 +31,20 @@ class McpServer {
   void list_tools(const std::shared_ptr<Call>& call);
   void call_tool(const std::shared_ptr<Call>& call);
   void set_level(const std::shared_ptr<Call>& call);
+  // A tools/call that carries `task` (2025-11-25 tasks): answered with a
+  // CreateTaskResult, the tool's result kept in tasks_.
+  void call_tool_as_task(const std::shared_ptr<Call>& call, const tools::Registry::Entry& tool, const std::string& name,
+                         const json& arguments, const std::string& conversation);
 
-  json capabilities() const;
+  json capabilities(bool with_tasks) const;
   json server_info() const;
 
   Dispatcher& dispatcher_;
   const tools::Registry& registry_;
   McpOptions options_;
+  TaskStore tasks_;
+  // Tasks are declared to (and taken from) a client that negotiated 2025-11-25.
+  std::atomic<bool> tasks_declared_{false};
 };
 
 }  // namespace agentbox::server
