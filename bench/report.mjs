@@ -3,7 +3,7 @@
 // ratios, all measured in this run. Called by bench/run after the Release build.
 //
 // Usage: node bench/report.mjs --build DIR [--quick] [--json FILE]
-//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench,freeze_bench,restore_bench]
+//        [--only startup,sandbox_bench,peers,exec_bench,files_bench,snapshot_bench,freeze_bench,restore_bench,terminal_bench]
 //
 // Benchmarks written later plug in by convention: `node bench/NAME.mjs --json
 // --bin AGENTBOX` prints one JSON object whose `rows` array holds
@@ -276,6 +276,7 @@ function main() {
     ['snapshot_bench', () => snapshot(opts, opts.build)],
     ['freeze_bench', () => freezeBench(opts, opts.build)],
     ['restore_bench', () => restoreBench(opts, opts.build)],
+    ['terminal_bench', () => teammate(opts, 'terminal_bench.mjs', bin)],
   ];
   const rows = benches.filter(([name]) => !opts.only || opts.only.includes(name)).flatMap(([, f]) => f());
   const header = `agentbox benchmarks — ${started.toISOString()} — ${bin}${opts.quick ? ' (quick)' : ''}\n` +
