@@ -125,7 +125,8 @@ int serve(const std::vector<std::string>& args) {
   server::Dispatcher dispatcher(transport, {.workers = options->workers});
   server::McpServer mcp(dispatcher, registry,
                         {.default_conversation = server::default_conversation(options->conversation),
-                         .server_version = AGENTBOX_VERSION});
+                         .server_version = AGENTBOX_VERSION,
+                         .services = services});
 
   std::atomic<bool> done{false};
   std::thread signal_thread([&] {
@@ -154,6 +155,7 @@ int serve(const std::vector<std::string>& args) {
   // Cancelling the calls in flight kills their commands; then every sandbox
   // stops, its directories left for the next start.
   dispatcher.shutdown();
+  mcp.stop();
   try {
     sandboxes.get()->manager().shutdown();
   } catch (const std::exception& e) {

@@ -30,6 +30,13 @@ std::unique_ptr<SandboxLease> ManagerSandboxes::try_acquire(const std::string& c
   return std::make_unique<ManagerLease>(std::move(*lease));
 }
 
+std::shared_ptr<AgentClient> ManagerSandboxes::running_agent(const std::string& conversation) {
+  auto sandbox = manager_->find(conversation);
+  if (!sandbox || sandbox->state() != persistence::SandboxState::Active) return nullptr;
+  auto agent = sandbox->client();
+  return agent && agent->alive() ? agent : nullptr;
+}
+
 SandboxView ManagerSandboxes::status(const std::string& conversation) {
   SandboxView view;
   view.disks = manager_->disks().support();

@@ -15,6 +15,7 @@ class ManagerSandboxes : public Sandboxes {
 
   std::unique_ptr<SandboxLease> acquire(const std::string& conversation, const ProgressFn& progress) override;
   std::unique_ptr<SandboxLease> try_acquire(const std::string& conversation) override;
+  std::shared_ptr<AgentClient> running_agent(const std::string& conversation) override;
   SandboxView status(const std::string& conversation) override;
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation) override;
   SnapshotDone snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) override;

@@ -119,6 +119,15 @@ class Sandboxes {
   // A lease only when the sandbox runs and nothing starts, restores or stops
   // it: never blocks; null otherwise (then acquire()).
   virtual std::unique_ptr<SandboxLease> try_acquire(const std::string& conversation) = 0;
+  // The agent of the conversation's running sandbox, without a lease: it
+  // neither counts as use nor keeps the sandbox from an idle teardown, and
+  // its calls fail once the sandbox goes. For waits that watch a sandbox
+  // without keeping it up (resource subscriptions). Null when the sandbox
+  // does not run; never starts, restores or blocks on one.
+  virtual std::shared_ptr<AgentClient> running_agent(const std::string& conversation) {
+    (void)conversation;
+    return nullptr;
+  }
 
   // Never starts or restores a sandbox.
   virtual SandboxView status(const std::string& conversation) = 0;

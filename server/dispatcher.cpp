@@ -46,7 +46,7 @@ Call::~Call() {
 }
 
 void Call::reply(json result) {
-  if (modern() && result.is_object()) result["resultType"] = "complete";
+  if (modern() && result.is_object() && !result.contains("resultType")) result["resultType"] = "complete";
   finish(rpc::make_result(id(), std::move(result)), "ok");
 }
 
@@ -87,7 +87,7 @@ void Call::finish(json message, const char* outcome) {
                      dispatcher_.options_.max_message_bytes);
     if (oversized_ && message.contains("result")) {
       json result = oversized_(text.size(), dispatcher_.options_.max_message_bytes);
-      if (modern() && result.is_object()) result["resultType"] = "complete";
+      if (modern() && result.is_object() && !result.contains("resultType")) result["resultType"] = "complete";
       message = rpc::make_result(id(), std::move(result));
     } else {
       message = rpc::make_error(

@@ -41,62 +41,6 @@ class ToolCallContext : public tools::CallContext {
   std::string conversation_;
 };
 
-// What a tool running as a task sees: its call was answered with the
-// CreateTaskResult, so progress goes out on the original progressToken
-// (valid for the task's life), at most once a second, and cancellation is
-// the task's (tasks/cancel).
-class TaskCallContext : public tools::CallContext {
- public:
-  TaskCallContext(Dispatcher& dispatcher, TaskStore& tasks, std::string id, std::string conversation,
-                  std::optional<json> token)
-      : dispatcher_(dispatcher), tasks_(tasks), id_(std::move(id)), conversation_(std::move(conversation)),
-        token_(std::move(token)) {}
-  const std::string& conversation() const override { return conversation_; }
-  void progress(double done, std::optional<double> total, const std::string& message) override {
-    if (!token_) return;
-    std::lock_guard lock(mutex_);
-    auto now = std::chrono::steady_clock::now();
-    if (sent_ > 0 && now - last_ < std::chrono::seconds(1)) return;
-    last_ = now;
-    // Values must increase: the count of reports sent, or done when larger.
-    double value = std::max(done, static_cast<double>(++sent_));
-    if (value <= last_value_) value = last_value_ + 1;
-    last_value_ = value;
-    json params = {{"progressToken", *token_}, {"progress", value}, {"message", message},
-                   {"_meta", {{"io.modelcontextprotocol/related-task", {{"taskId", id_}}}}}};
-    if (total && *total >= value) params["total"] = *total;
-    dispatcher_.notify("notifications/progress", params);
-  }
-  bool cancelled() const override { return tasks_.cancelled(id_); }
-  void on_cancel(std::function<void()> fn) override { tasks_.on_cancel(id_, std::move(fn)); }
-  void release_order() override {}
-
- private:
-  Dispatcher& dispatcher_;
-  TaskStore& tasks_;
-  std::string id_, conversation_;
-  std::optional<json> token_;
-  std::mutex mutex_;
-  std::chrono::steady_clock::time_point last_;
-  int sent_ = 0;
-  double last_value_ = 0;
-};
-
-// Moves the result in: structuredContent may hold a megabyte page. An error
-// has no structuredContent (the SDK would check it against the outputSchema
-// and throw -32602 in the host); its object goes in _meta (docs/protocol.md,
-// "Error results").
-json call_tool_result(tools::ToolResult result) {
-  json out = json::object();
-  out["content"] = json::array({json{{"type", "text"}, {"text", std::move(result.text)}}});
-  if (result.is_error)
-    out["_meta"] = json{{"agentbox/error", std::move(result.error_object)}};
-  else
-    out["structuredContent"] = std::move(result.structured);
-  out["isError"] = result.is_error;
-  return out;
-}
-
 // "arguments.bogus is not a known argument (file_read takes path, encoding, ...)":
 // an argument error says what to send instead.
 std::string argument_message(const json& definition, const tools::ValidationError& invalid) {
@@ -123,11 +67,29 @@ const tools::Registry::Entry* tool_with_bad_arguments(const tools::Registry& reg
 
 }  // namespace
 
+// Moves the result in: structuredContent may hold a megabyte page. An error
+// has no structuredContent (the SDK would check it against the outputSchema
+// and throw -32602 in the host); its object goes in _meta (docs/protocol.md,
+// "Error results").
+json call_tool_result(tools::ToolResult result) {
+  json out = json::object();
+  out["content"] = json::array({json{{"type", "text"}, {"text", std::move(result.text)}}});
+  if (result.is_error)
+    out["_meta"] = json{{"agentbox/error", std::move(result.error_object)}};
+  else
+    out["structuredContent"] = std::move(result.structured);
+  out["isError"] = result.is_error;
+  return out;
+}
+
 McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, McpOptions options)
     : dispatcher_(dispatcher),
       registry_(registry),
       options_(std::move(options)),
-      tasks_([this](const json& task) { dispatcher_.notify("notifications/tasks/status", task); }) {
+      tasks_([this](const std::string& id, const json& task, bool modern) {
+        if (!modern) dispatcher_.notify("notifications/tasks/status", task);
+        else if (resources_) resources_->task_changed(id, task);
+      }) {
   using Run = Dispatcher::Run;
   using Gate = Dispatcher::Gate;
   auto bind = [this](void (McpServer::*method)(const std::shared_ptr<Call>&)) {
@@ -162,15 +124,36 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
                                                        options_.default_conversation);
                          });
   // Tasks (server/tasks.h): quick, so on the reader thread; tasks/result
-  // that must wait is answered later by the task's end.
-  dispatcher_.on_request("tasks/get", Run::Inline, Gate::Initialized,
-                         [this](std::shared_ptr<Call> call) { call->reply(tasks_.get(call->params())); });
-  dispatcher_.on_request("tasks/result", Run::Inline, Gate::Initialized,
-                         [this](std::shared_ptr<Call> call) { tasks_.result(call); });
-  dispatcher_.on_request("tasks/cancel", Run::Inline, Gate::Initialized,
-                         [this](std::shared_ptr<Call> call) { call->reply(tasks_.cancel(call->params())); });
-  dispatcher_.on_request("tasks/list", Run::Inline, Gate::Initialized,
-                         [this](std::shared_ptr<Call> call) { call->reply(tasks_.list(call->params())); });
+  // that must wait is answered later by the task's end. A 2026 request is
+  // served by the extension's methods (get with the result inline, update,
+  // cancel acknowledged; no result or list).
+  dispatcher_.on_request("tasks/get", Run::Inline, Gate::Initialized, [this](std::shared_ptr<Call> call) {
+    if (!call->modern()) return call->reply(tasks_.get(call->params()));
+    require_task_extension(*call);
+    call->reply(tasks_.get_detailed(call->params()));
+  });
+  dispatcher_.on_request("tasks/update", Run::Inline, Gate::Initialized, [this](std::shared_ptr<Call> call) {
+    if (!call->modern())
+      throw ProtocolError(rpc::ErrorCode::MethodNotFound, "tasks/update belongs to the 2026 tasks extension");
+    require_task_extension(*call);
+    call->reply(tasks_.update(call->params()));
+  });
+  dispatcher_.on_request("tasks/cancel", Run::Inline, Gate::Initialized, [this](std::shared_ptr<Call> call) {
+    if (!call->modern()) return call->reply(tasks_.cancel(call->params()));
+    require_task_extension(*call);
+    call->reply(tasks_.cancel_acknowledged(call->params()));
+  });
+  for (const char* method : {"tasks/result", "tasks/list"}) {
+    dispatcher_.on_request(method, Run::Inline, Gate::Initialized, [this, method](std::shared_ptr<Call> call) {
+      if (call->modern())
+        throw ProtocolError(rpc::ErrorCode::MethodNotFound,
+                            std::string(method) + " is not part of the 2026 tasks extension (tasks/get carries the result)");
+      if (std::string(method) == "tasks/result") tasks_.result(call);
+      else call->reply(tasks_.list(call->params()));
+    });
+  }
+  resources_ = std::make_unique<ResourceMethods>(dispatcher_, options_.services, options_.default_conversation,
+                                                 [this](const std::string& id) { return tasks_.known_modern(id); });
   dispatcher_.on_notification("notifications/initialized", [](const json&) { spdlog::debug("client initialized"); });
 
   forward_logs_to_client([this](spdlog::level::level_enum level, const std::string& logger, const std::string& text) {
@@ -179,13 +162,31 @@ McpServer::McpServer(Dispatcher& dispatcher, const tools::Registry& registry, Mc
   });
 }
 
-McpServer::~McpServer() { forward_logs_to_client(nullptr); }
+McpServer::~McpServer() {
+  forward_logs_to_client(nullptr);
+  stop();
+}
 
-json McpServer::capabilities(bool with_tasks) const {
-  json c = {{"tools", json{{"listChanged", false}}}, {"logging", json::object()}};
+void McpServer::stop() {
+  if (resources_) resources_->stop();
+}
+
+void McpServer::require_task_extension(const Call& call) {
+  if (!declares_task_extension(call))
+    throw ProtocolError(static_cast<rpc::ErrorCode>(-32021),
+                        "Missing required client capability: " + call.method() +
+                            " needs the io.modelcontextprotocol/tasks extension in the request's capabilities",
+                        json{{"requiredCapabilities", {{"extensions", {{"io.modelcontextprotocol/tasks", json::object()}}}}}});
+}
+
+json McpServer::capabilities(bool with_tasks, bool modern) const {
+  json c = {{"tools", json{{"listChanged", false}}},
+            {"logging", json::object()},
+            {"resources", json{{"subscribe", true}, {"listChanged", false}}}};
   if (with_tasks)
     c["tasks"] = {{"list", json::object()}, {"cancel", json::object()},
                   {"requests", {{"tools", {{"call", json::object()}}}}}};
+  if (modern) c["extensions"] = {{"io.modelcontextprotocol/tasks", json::object()}};
   return c;
 }
 
@@ -206,11 +207,11 @@ void McpServer::initialize(const std::shared_ptr<Call>& call) {
                             : std::string(kInitializeVersions.front());
   spdlog::info("initialize from {} {} asking {}, speaking {}", params.client_info.name, params.client_info.version,
                params.protocol_version, version);
-  // Tasks came with 2025-11-25; the 2026 era's tasks extension is not built.
+  // Tasks came with 2025-11-25 (the 2026 era has the extension instead).
   bool with_tasks = version == "2025-11-25";
   tasks_declared_ = with_tasks;
   call->reply(json{{"protocolVersion", version},
-                   {"capabilities", capabilities(with_tasks)},
+                   {"capabilities", capabilities(with_tasks, false)},
                    {"serverInfo", server_info()},
                    {"instructions", kInstructions}});
   dispatcher_.set_initialized();
@@ -218,7 +219,7 @@ void McpServer::initialize(const std::shared_ptr<Call>& call) {
 
 void McpServer::discover(const std::shared_ptr<Call>& call) {
   call->reply(json{{"supportedVersions", supported_versions_json()},
-                   {"capabilities", capabilities(false)},
+                   {"capabilities", capabilities(false, true)},
                    {"serverInfo", server_info()},
                    {"instructions", kInstructions},
                    {"ttlMs", kListTtlMs},
@@ -282,6 +283,10 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
     call_tool_as_task(call, *tool, params.name, params.arguments, conversation);
     return;
   }
+  if (call->modern() && declares_task_extension(*call) && may_run_as_task(*tool)) {
+    call_tool_deferred(call, *tool, params.name, params.arguments, conversation);
+    return;
+  }
   auto context = std::make_shared<ToolCallContext>(call, conversation);
   tools::ToolReply reply(params.name, answer);
   try {
@@ -289,37 +294,6 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
   } catch (const std::exception& e) {
     // A tool that throws is a server bug; the model still gets a result.
     spdlog::error("tool {} failed: {}", params.name, e.what());
-    reply(tools::ToolResult::error(codes::kInternal, std::string("the tool failed: ") + e.what()));
-  }
-}
-
-void McpServer::call_tool_as_task(const std::shared_ptr<Call>& call, const tools::Registry::Entry& tool,
-                                  const std::string& name, const json& arguments, const std::string& conversation) {
-  const json& definition = registry_.definition(tool);
-  std::string support = definition.contains("execution") ? definition["execution"].value("taskSupport", "forbidden") : "forbidden";
-  if (support != "optional" && support != "required")
-    throw ProtocolError(rpc::ErrorCode::MethodNotFound,
-                        "tool " + name + " does not run as a task (its execution.taskSupport is forbidden); call it without task",
-                        json{{"field", "params.task"}});
-  const json& task_params = call->params()["task"];
-  std::optional<std::int64_t> ttl;
-  if (task_params.contains("ttl") && task_params["ttl"].is_number()) ttl = task_params["ttl"].get<std::int64_t>();
-  std::string id;
-  json task = tasks_.create(ttl, id);
-  spdlog::info("tools/call {} runs as task {}", name, id);
-  call->reply(json{{"task", task},
-                   {"_meta", {{"io.modelcontextprotocol/model-immediate-response",
-                               name + " runs as task " + id + "; its result comes when the task completes"}}}});
-  auto context = std::make_shared<TaskCallContext>(dispatcher_, tasks_, id, conversation, call->meta().progress_token);
-  auto store = &tasks_;
-  tools::ToolReply reply(name, [store, id](tools::ToolResult result) {
-    bool is_error = result.is_error;
-    store->finish(id, call_tool_result(std::move(result)), is_error);
-  });
-  try {
-    registry_.function(tool)(arguments, context, reply);
-  } catch (const std::exception& e) {
-    spdlog::error("tool {} failed: {}", name, e.what());
     reply(tools::ToolResult::error(codes::kInternal, std::string("the tool failed: ") + e.what()));
   }
 }
