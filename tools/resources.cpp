@@ -207,8 +207,14 @@ void WorkspaceResources::subscribe(const std::string& conversation, const std::s
   if (!path)
     throw ResourceError(ResourceError::Kind::Invalid,
                         "not a workspace file URI: " + uri + " (resources are file:///workspace/<path>)", json{{"uri", uri}});
+  if (!services_.sandboxes)
+    throw ResourceError(ResourceError::Kind::Unavailable, "this server was started without sandbox support");
   std::lock_guard lock(mutex_);
   if (stopping_) return;
+  if (!watchers_.count(conversation) && watchers_.size() >= kMaxWatchedConversations)
+    throw ResourceError(ResourceError::Kind::Invalid,
+                        "subscriptions are open in " + std::to_string(kMaxWatchedConversations) +
+                            " conversations already; unsubscribe in one first", json{{"uri", uri}});
   auto& watcher = watchers_[conversation];
   if (!watcher) {
     watcher = std::make_shared<Watcher>();

@@ -55,6 +55,7 @@ class WorkspaceResources {
  public:
   static constexpr std::uint64_t kMaxReadBytes = 1 << 20;
   static constexpr std::size_t kMaxSubscriptions = 1000;  // per conversation
+  static constexpr std::size_t kMaxWatchedConversations = 64;  // each has a thread
   using Changed = std::function<void(const std::string& conversation, const std::string& uri)>;
 
   WorkspaceResources(Services services, Changed changed);
