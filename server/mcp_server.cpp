@@ -172,11 +172,7 @@ void McpServer::stop() {
 }
 
 void McpServer::require_task_extension(const Call& call) {
-  if (!declares_task_extension(call))
-    throw ProtocolError(static_cast<rpc::ErrorCode>(-32021),
-                        "Missing required client capability: " + call.method() +
-                            " needs the io.modelcontextprotocol/tasks extension in the request's capabilities",
-                        json{{"requiredCapabilities", {{"extensions", {{"io.modelcontextprotocol/tasks", json::object()}}}}}});
+  if (!declares_tasks_extension(call.meta())) throw missing_tasks_extension(call.method());
 }
 
 json McpServer::capabilities(bool with_tasks, bool modern) const {
@@ -283,7 +279,7 @@ void McpServer::call_tool(const std::shared_ptr<Call>& call) {
     call_tool_as_task(call, *tool, params.name, params.arguments, conversation);
     return;
   }
-  if (call->modern() && declares_task_extension(*call) && may_run_as_task(*tool)) {
+  if (call->modern() && declares_tasks_extension(call->meta()) && may_run_as_task(*tool)) {
     call_tool_deferred(call, *tool, params.name, params.arguments, conversation);
     return;
   }

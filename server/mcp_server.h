@@ -50,7 +50,6 @@ class McpServer {
   // (task_calls.cpp): answered plainly if it ends soon, else as a task.
   void call_tool_deferred(const std::shared_ptr<Call>& call, const tools::Registry::Entry& tool, const std::string& name,
                           const json& arguments, const std::string& conversation);
-  static bool declares_task_extension(const Call& call);
   bool may_run_as_task(const tools::Registry::Entry& tool) const;
   // tasks/* of the 2026 extension: the request must declare it (-32021).
   static void require_task_extension(const Call& call);

@@ -143,4 +143,17 @@ json supported_versions_json() {
   return out;
 }
 
+bool declares_tasks_extension(const RequestMeta& meta) {
+  const json& caps = meta.client_capabilities;
+  return caps.contains("extensions") && caps["extensions"].is_object() &&
+         caps["extensions"].contains(std::string(kTasksExtension));
+}
+
+ProtocolError missing_tasks_extension(const std::string& what) {
+  return ProtocolError(static_cast<rpc::ErrorCode>(-32021),
+                       "Missing required client capability: " + what + " needs the " + std::string(kTasksExtension) +
+                           " extension in the request's capabilities",
+                       json{{"requiredCapabilities", {{"extensions", {{std::string(kTasksExtension), json::object()}}}}}});
+}
+
 }  // namespace agentbox::server

@@ -93,6 +93,13 @@ struct RequestMeta {
 };
 RequestMeta parse_request_meta(const json& params);
 
+// The 2026 tasks extension, as a request declares it in its per-request
+// capabilities, and the -32021 error for a request that needed it (`what`
+// says what needed it).
+inline constexpr std::string_view kTasksExtension = "io.modelcontextprotocol/tasks";
+bool declares_tasks_extension(const RequestMeta& meta);
+ProtocolError missing_tasks_extension(const std::string& what);
+
 bool is_supported_initialize_version(std::string_view version);
 bool is_supported_modern_version(std::string_view version);
 json supported_versions_json();  // every version, newest first

@@ -10,9 +10,7 @@ namespace agentbox::server {
 namespace {
 
 constexpr const char* kSubscriptionId = "io.modelcontextprotocol/subscriptionId";
-constexpr const char* kTasksExtension = "io.modelcontextprotocol/tasks";
 constexpr rpc::ErrorCode kResourceNotFound = static_cast<rpc::ErrorCode>(-32002);
-constexpr rpc::ErrorCode kMissingCapability = static_cast<rpc::ErrorCode>(-32021);
 constexpr std::size_t kMaxListens = 64;
 constexpr std::size_t kMaxListenUris = 1000;
 
@@ -41,11 +39,6 @@ void answer_blocking(const std::shared_ptr<Call>& call, std::function<json()> jo
       call->reply_error({rpc::ErrorCode::InternalError, std::string(call->method()) + " failed: " + e.what(), nullptr});
     }
   });
-}
-
-bool declares_tasks(const Call& call) {
-  const json& caps = call.meta().client_capabilities;
-  return caps.contains("extensions") && caps["extensions"].is_object() && caps["extensions"].contains(kTasksExtension);
 }
 
 }  // namespace
@@ -176,10 +169,7 @@ void ResourceMethods::listen(const std::shared_ptr<Call>& call) {
     honoured["resourceSubscriptions"] = json(l.uris);
   }
   if (wanted.contains("taskIds")) {
-    if (!declares_tasks(*call))
-      throw ProtocolError(kMissingCapability, "Missing required client capability: task notifications need the "
-                                              "io.modelcontextprotocol/tasks extension in the request's capabilities",
-                          json{{"requiredCapabilities", {{"extensions", {{kTasksExtension, json::object()}}}}}});
+    if (!declares_tasks_extension(call->meta())) throw missing_tasks_extension("listening for task notifications");
     if (!wanted["taskIds"].is_array()) reader.fail("notifications", "taskIds must be an array of task ids");
     for (const auto& id : wanted["taskIds"])
       if (id.is_string() && known_task_ && known_task_(id.get<std::string>())) l.task_ids.insert(id.get<std::string>());

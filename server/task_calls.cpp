@@ -195,12 +195,6 @@ void McpServer::call_tool_as_task(const std::shared_ptr<Call>& call, const tools
 }
 
 
-bool McpServer::declares_task_extension(const Call& call) {
-  const json& caps = call.meta().client_capabilities;
-  return caps.contains("extensions") && caps["extensions"].is_object() &&
-         caps["extensions"].contains("io.modelcontextprotocol/tasks");
-}
-
 bool McpServer::may_run_as_task(const tools::Registry::Entry& tool) const {
   const json& definition = registry_.definition(tool);
   std::string support = definition.contains("execution") ? definition["execution"].value("taskSupport", "forbidden") : "forbidden";

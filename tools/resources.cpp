@@ -41,6 +41,19 @@ std::string string_field(const json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
+// json::value() throws on a value of another type; what the box sends is
+// read with the fallback instead (a watcher thread must never throw).
+bool bool_field(const json& object, const char* key, bool fallback) {
+  if (!object.is_object()) return fallback;
+  auto it = object.find(key);
+  return it != object.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+ResourceError not_workspace_uri(const std::string& uri) {
+  return ResourceError(ResourceError::Kind::Invalid,
+                       "not a workspace file URI: " + uri + " (resources are file:///workspace/<path>)", json{{"uri", uri}});
+}
+
 ResourceError not_found(const std::string& uri, const std::string& why) {
   return ResourceError(ResourceError::Kind::NotFound, "resource not found: " + uri + " (" + why + ")", json{{"uri", uri}});
 }
@@ -149,15 +162,14 @@ json WorkspaceResources::list(const std::string& conversation, const std::string
     if (e.contains("size") && e["size"].is_number_unsigned()) resource["size"] = e["size"];
     out["resources"].push_back(std::move(resource));
   }
-  if (r.value("truncated", false) && !string_field(r, "next_cursor").empty()) out["nextCursor"] = string_field(r, "next_cursor");
+  if (bool_field(r, "truncated", false) && !string_field(r, "next_cursor").empty()) out["nextCursor"] = string_field(r, "next_cursor");
   return out;
 }
 
 json WorkspaceResources::read(const std::string& conversation, const std::string& uri) {
   auto path = workspace_path_of(uri);
   if (!path || *path == "/workspace")
-    throw ResourceError(ResourceError::Kind::Invalid,
-                        "not a workspace file URI: " + uri + " (resources are file:///workspace/<path>)", json{{"uri", uri}});
+    throw not_workspace_uri(uri);
   auto* boxes = sandboxes();
   if (boxes->status(conversation).sandbox.empty()) throw not_found(uri, "this conversation has no sandbox yet");
   auto lease = boxes->acquire(conversation, {});
@@ -189,7 +201,7 @@ json WorkspaceResources::read(const std::string& conversation, const std::string
                              ? r["next_offset"].get<std::uint64_t>() : 0;
     if (mime.empty()) mime = string_field(r, "mime_type");
     content += page;
-    bool more = r.value("truncated", false);
+    bool more = bool_field(r, "truncated", false);
     if (!more) break;
     // A page that does not move on, or a file that grows past the bound while read.
     if (next <= offset || content.size() > 2 * kMaxReadBytes)
@@ -205,8 +217,7 @@ json WorkspaceResources::read(const std::string& conversation, const std::string
 void WorkspaceResources::subscribe(const std::string& conversation, const std::string& uri) {
   auto path = workspace_path_of(uri);
   if (!path)
-    throw ResourceError(ResourceError::Kind::Invalid,
-                        "not a workspace file URI: " + uri + " (resources are file:///workspace/<path>)", json{{"uri", uri}});
+    throw not_workspace_uri(uri);
   if (!services_.sandboxes)
     throw ResourceError(ResourceError::Kind::Unavailable, "this server was started without sandbox support");
   std::lock_guard lock(mutex_);
@@ -364,7 +375,7 @@ void WorkspaceResources::watch_main(const std::shared_ptr<Watcher>& w) {
     }
     const json& r = outcome.result;
     std::set<std::string> wanted = subscribed(), hit;
-    if (r.value("overflowed", false)) {
+    if (bool_field(r, "overflowed", false)) {
       hit = wanted;
     } else if (r.contains("events") && r["events"].is_array()) {
       for (const auto& e : r["events"]) {
@@ -376,7 +387,7 @@ void WorkspaceResources::watch_main(const std::shared_ptr<Watcher>& w) {
         }
       }
     }
-    if (!r.value("watching", true)) watch_id.clear();
+    if (!bool_field(r, "watching", true)) watch_id.clear();
     report(hit);
   }
 }
