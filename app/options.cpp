@@ -5,6 +5,8 @@
 
 #include <boost/program_options.hpp>
 
+#include <arpa/inet.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -79,6 +81,8 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
        "under --network-policy)")
       ("network-policy", po::value(&out.network_policy),
        "with --network proxy: the JSON file of allowed and denied hosts, pinned names and secrets (docs/network.md)")
+      ("expose-address", po::value(&out.expose_address),
+       "the host address exposed ports listen on (default 127.0.0.1; e.g. 0.0.0.0 reaches them from other machines)")
       ("conversation", po::value(&conversation), "conversation id when the host names none")
       ("record", po::value(&out.record_file), "write every message in and out to this JSON-lines file")
       ("log-level", po::value(&out.log_level), "trace, debug, info (default), warn, error, critical, off")
@@ -140,6 +144,12 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
     throw std::invalid_argument("--network proxy needs --network-policy FILE (the hosts a sandbox may reach)");
   if (out.network != "proxy" && !out.network_policy.empty())
     throw std::invalid_argument("--network-policy applies to --network proxy only");
+  {
+    unsigned char address[16];
+    if (inet_pton(AF_INET, out.expose_address.c_str(), address) != 1 &&
+        inet_pton(AF_INET6, out.expose_address.c_str(), address) != 1)
+      throw std::invalid_argument("--expose-address must be an IPv4 or IPv6 address, not '" + out.expose_address + "'");
+  }
   if (!conversation.empty()) out.conversation = conversation;
   if (out.max_line_bytes < 1024) throw std::invalid_argument("--max-line-bytes must be at least 1024");
   if (out.spin_us > 10'000) throw std::invalid_argument("--spin-us must be at most 10000 (10 ms)");

@@ -25,6 +25,7 @@ struct ServeOptions {
   std::optional<std::uint64_t> warm_cache;  // bytes of stopped workspaces kept ready; none: 10% of free space
   std::string network = "none";  // none | host | proxy
   std::string network_policy;    // --network proxy: the policy file
+  std::string expose_address = "127.0.0.1";  // where exposed ports listen on the host
   std::optional<std::string> conversation;
   std::string record_file;
   std::string log_level = "info";

@@ -100,8 +100,9 @@ int serve(const std::vector<std::string>& args) {
   // serves: done in the background so initialize is answered at once; the
   // first sandbox call waits for it (and reports why if it failed).
   std::shared_future<std::shared_ptr<sandbox::ManagerSandboxes>> sandboxes =
-      std::async(std::launch::async, [sandbox_options] {
-        return std::make_shared<sandbox::ManagerSandboxes>(std::make_shared<sandbox::Manager>(sandbox_options));
+      std::async(std::launch::async, [sandbox_options, expose_address = options->expose_address] {
+        return std::make_shared<sandbox::ManagerSandboxes>(std::make_shared<sandbox::Manager>(sandbox_options),
+                                                           expose_address);
       }).share();
 
   tools::Registry registry;

@@ -92,6 +92,20 @@ constexpr const char* kMigrations[] = {
         policy TEXT NOT NULL,
         applied_at TEXT NOT NULL);
     )sql",
+    // 7: exposed ports (docs/design.md section 12): a conversation's port
+    // inside its box and the host port its URL has. Kept by conversation,
+    // so the URL outlives a teardown, a restore and a destroy (then it
+    // answers 502 until the conversation's next box serves the port).
+    R"sql(
+      CREATE TABLE exposed_ports (
+        conversation_id TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        host_port INTEGER NOT NULL,
+        address TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, port));
+      CREATE UNIQUE INDEX exposed_ports_by_host ON exposed_ports(address, host_port);
+    )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
 

@@ -116,6 +116,16 @@ struct NetworkPolicyRecord {
   std::string applied_at;
 };
 
+// An exposed port (docs/design.md section 12): the conversation's port
+// inside its box, reached at http://address:host_port on the host.
+struct ExposedPortRecord {
+  std::string conversation;
+  int port = 0;
+  int host_port = 0;
+  std::string address;
+  std::string created_at;
+};
+
 // Host ids reserved for sandboxes: uids uid_start.., gids gid_start.., count of each.
 struct IdRange {
   std::uint32_t uid_start = 0;
@@ -129,7 +139,7 @@ std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -242,6 +252,14 @@ class Catalog {
   std::optional<NetworkPolicyRecord> network_policy(const std::string& sandbox);
   void set_network_policy(const std::string& sandbox, const std::string& key, const std::string& policy);
   void inherit_network_policy(const std::string& from, const std::string& to);
+
+  // Exposed ports (catalog_ports.cpp), by conversation; all of them when
+  // `conversation` is empty, ordered by conversation and port. add replaces
+  // the conversation's row for the port; CatalogError when another row has
+  // the host port.
+  void add_exposed_port(const ExposedPortRecord& record);
+  bool remove_exposed_port(const std::string& conversation, int port);
+  std::vector<ExposedPortRecord> exposed_ports(const std::string& conversation);
 
  private:
   void migrate();

@@ -83,6 +83,10 @@ class BwrapBox final : public Box {
     if (!client_ || !client_->alive()) throw SandboxError(codes::kSandboxFailed, "the box has ended");
     return sandbox::listen_inside(first_inside(client_->pid()), port);
   }
+  std::vector<os::UniqueFd> sockets_inside(std::size_t count) override {
+    if (!client_ || !client_->alive()) throw SandboxError(codes::kSandboxFailed, "the box has ended");
+    return sandbox::sockets_inside(first_inside(client_->pid()), count);
+  }
 
   std::shared_ptr<AgentClient> client_;
   int gate_ = -1;  // write end: a line releases the launcher, EOF ends it

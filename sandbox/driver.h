@@ -65,6 +65,10 @@ class Box {
   // A listening TCP socket on 127.0.0.1:port inside the box's network
   // namespace, for the host's egress proxy (net_namespace.h). Throws SandboxError.
   virtual os::UniqueFd listen_inside(std::uint16_t port) = 0;
+  // Unconnected TCP sockets (1 to 16) in the box's network namespace, for
+  // the relay of an exposed port to connect to a port inside
+  // (net_namespace.h, docs/design.md section 12). Throws SandboxError.
+  virtual std::vector<os::UniqueFd> sockets_inside(std::size_t count) = 0;
 };
 
 // What a driver leaves on the host for its sandboxes, found by listing (not

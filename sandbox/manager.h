@@ -18,6 +18,7 @@
 
 #include "network/policy.h"
 #include "network/proxy.h"
+#include "os/unique_fd.h"
 #include "persistence/catalog.h"
 #include "persistence/store.h"
 
@@ -238,6 +239,9 @@ class Manager {
   std::shared_ptr<const network::Policy> network_policy(const std::string& conversation) const;
   std::vector<network::Denial> network_denials(const std::string& conversation,
                                                std::chrono::system_clock::time_point since);
+  // Unconnected TCP sockets in the leased sandbox's network namespace (an
+  // exposed port's relay, ports.h). Throws SandboxError.
+  std::vector<os::UniqueFd> sockets_inside(const Lease& lease, std::size_t count);
 
  private:
   std::unique_ptr<ManagerImpl> impl_;

@@ -59,6 +59,13 @@ std::vector<network::Denial> Manager::network_denials(const std::string& convers
   return impl_->options_.proxy->denials(id, since);
 }
 
+std::vector<os::UniqueFd> Manager::sockets_inside(const Lease& lease, std::size_t count) {
+  auto& sandbox = static_cast<ManagedSandbox&>(lease.sandbox());
+  std::lock_guard lock(sandbox.mutex_);
+  if (!sandbox.box_) throw SandboxError(codes::kSandboxFailed, "the sandbox is not running");
+  return sandbox.box_->sockets_inside(count);
+}
+
 NetworkView ManagerSandboxes::network(const std::string& conversation) {
   NetworkView view;
   const auto& options = manager_->options();

@@ -20,6 +20,23 @@ SnapshotDone done(SnapshotInfo info) { return {std::move(info.record), info.dura
 
 }  // namespace
 
+ManagerSandboxes::ManagerSandboxes(std::shared_ptr<Manager> manager, const std::string& expose_address)
+    : manager_(std::move(manager)), ports_(std::make_unique<ExposedPorts>(manager_, expose_address)) {
+  ports_->open_all();
+}
+
+ExposedPort ManagerSandboxes::expose_port(const std::string& conversation, int port, std::optional<int> host_port) {
+  return ports_->expose(conversation, port, host_port);
+}
+
+std::vector<ExposedPort> ManagerSandboxes::exposed_ports(const std::string& conversation) {
+  return ports_->list(conversation);
+}
+
+bool ManagerSandboxes::unexpose_port(const std::string& conversation, int port) {
+  return ports_->unexpose(conversation, port);
+}
+
 std::unique_ptr<SandboxLease> ManagerSandboxes::acquire(const std::string& conversation, const ProgressFn& progress) {
   return std::make_unique<ManagerLease>(manager_->acquire(conversation, progress));
 }

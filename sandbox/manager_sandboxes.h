@@ -11,7 +11,9 @@ namespace agentbox::sandbox {
 
 class ManagerSandboxes : public Sandboxes {
  public:
-  explicit ManagerSandboxes(std::shared_ptr<Manager> manager) : manager_(std::move(manager)) {}
+  // Opens the listeners of the exposed ports the catalog keeps, on
+  // expose_address (--expose-address).
+  explicit ManagerSandboxes(std::shared_ptr<Manager> manager, const std::string& expose_address = "127.0.0.1");
 
   std::unique_ptr<SandboxLease> acquire(const std::string& conversation, const ProgressFn& progress) override;
   std::unique_ptr<SandboxLease> try_acquire(const std::string& conversation) override;
@@ -29,10 +31,15 @@ class ManagerSandboxes : public Sandboxes {
   std::vector<network::Denial> network_denials(const std::string& conversation,
                                                std::chrono::system_clock::time_point since) override;
 
+  ExposedPort expose_port(const std::string& conversation, int port, std::optional<int> host_port) override;
+  std::vector<ExposedPort> exposed_ports(const std::string& conversation) override;
+  bool unexpose_port(const std::string& conversation, int port) override;
+
   Manager& manager() const { return *manager_; }
 
  private:
   std::shared_ptr<Manager> manager_;
+  std::unique_ptr<ExposedPorts> ports_;  // its relay's connections use manager_
 };
 
 }  // namespace agentbox::sandbox

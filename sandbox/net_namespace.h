@@ -11,7 +11,9 @@
 #include "os/unique_fd.h"
 
 #include <cstdint>
+#include <cstddef>
 #include <sys/types.h>
+#include <vector>
 
 namespace agentbox::sandbox {
 
@@ -27,5 +29,12 @@ pid_t first_inside(pid_t bwrap);
 // step that failed; refuses a process that shares the server's namespace
 // (a box with the host network has nothing to listen in).
 os::UniqueFd listen_inside(pid_t inside, std::uint16_t port);
+
+// `count` (1 to 16) unconnected TCP sockets (close-on-exec, blocking) made
+// in the network namespace of process `inside`, for the host to connect to
+// a port there (exposed ports, docs/design.md section 12): IPv6 sockets
+// that also reach IPv4 addresses where the box has IPv6, else IPv4 ones. A
+// box with the host network gets sockets made here. Throws SandboxError.
+std::vector<os::UniqueFd> sockets_inside(pid_t inside, std::size_t count);
 
 }  // namespace agentbox::sandbox

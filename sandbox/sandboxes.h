@@ -13,6 +13,7 @@
 #include "sandbox/agent_client.h"
 #include "sandbox/disk.h"
 #include "sandbox/limits.h"
+#include "sandbox/ports.h"
 
 #include <chrono>
 #include <cstdint>
@@ -147,6 +148,21 @@ class Sandboxes {
   // Stops the sandbox and deletes its files, and its snapshots unless
   // keep_snapshots.
   virtual Destroyed destroy(const std::string& conversation, bool keep_snapshots) = 0;
+
+  // Exposed ports (ports.h, docs/design.md section 12); none of them starts
+  // or restores a sandbox. Throw SandboxError.
+  virtual ExposedPort expose_port(const std::string& conversation, int port, std::optional<int> host_port) {
+    (void)conversation, (void)port, (void)host_port;
+    throw SandboxError(codes::kSandboxUnavailable, "this server exposes no ports");
+  }
+  virtual std::vector<ExposedPort> exposed_ports(const std::string& conversation) {
+    (void)conversation;
+    return {};
+  }
+  virtual bool unexpose_port(const std::string& conversation, int port) {
+    (void)conversation, (void)port;
+    return false;
+  }
 
   // The limits the server applies itself: command timeouts, the inline cap.
   virtual const Limits& limits() const = 0;

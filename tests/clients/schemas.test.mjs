@@ -79,8 +79,9 @@ describe('tools/list', () => {
     // schemas repeat one shape and are the first place to trim); exec's
     // yield_ms and file_watch/file_changes (issue 16) ~2,900, with terminal_write's
     // output descriptions and the pattern descriptions cut (45,218 with them);
-    // execution.taskSupport on the five task tools ~200 (45,413).
-    assert.ok(chars < 45_800, `tools/list is ${chars} characters`);
+    // execution.taskSupport on the five task tools ~200 (45,413);
+    // port_expose, port_list and port_unexpose (issue 17) ~2,950 (48,369).
+    assert.ok(chars < 48_800, `tools/list is ${chars} characters`);
   });
 });
 
