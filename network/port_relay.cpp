@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <stdexcept>
 #include <sys/socket.h>
 #include <thread>
@@ -224,6 +225,8 @@ asio::awaitable<void> PortRelay::Impl::serve(std::shared_ptr<Listener> listener,
   }
   boost::system::error_code ignored;
   connection->inside.set_option(tcp::no_delay(true), ignored);
+  loopback_congestion_control(connection->inside);
+  if (connection->client.local_endpoint(ignored).address().is_loopback()) loopback_congestion_control(connection->client);
   Clock::time_point moved = Clock::now();
   co_await ((pump(*connection, connection->client, connection->inside, moved) &&
              pump(*connection, connection->inside, connection->client, moved)) ||
@@ -263,11 +266,15 @@ std::uint16_t PortRelay::open(const std::string& key, RelayListener spec) {
   listener->connect = std::move(spec.connect);
   listener->activity = std::move(spec.activity);
   tcp::endpoint endpoint(address, spec.port);
-  listener->acceptor.open(endpoint.protocol());
-  listener->acceptor.set_option(tcp::acceptor::reuse_address(true));
-  listener->acceptor.bind(endpoint);  // throws boost::system::system_error (a std::system_error)
-  listener->acceptor.listen(asio::socket_base::max_listen_connections);
-  std::uint16_t bound = listener->acceptor.local_endpoint().port();
+  auto check = [](const boost::system::error_code& error, const char* step) {
+    if (error) throw std::system_error(error.value(), std::system_category(), step);
+  };
+  check(listener->acceptor.open(endpoint.protocol(), ec), "socket");
+  check(listener->acceptor.set_option(tcp::acceptor::reuse_address(true), ec), "SO_REUSEADDR");
+  check(listener->acceptor.bind(endpoint, ec), "bind");
+  check(listener->acceptor.listen(asio::socket_base::max_listen_connections, ec), "listen");
+  std::uint16_t bound = listener->acceptor.local_endpoint(ec).port();
+  check(ec, "getsockname");
   close(key);
   {
     std::lock_guard lock(impl_->mutex);

@@ -6,6 +6,7 @@
 // TLS record of a tunnel is read by OpenSSL (tls_hello.h); an intercepted
 // host's TLS is OpenSSL's through Asio (proxy_intercept.cpp).
 #include "network/proxy.h"
+#include "network/splice.h"
 
 #include "network/proxy_io.h"
 #include "network/tls_hello.h"
@@ -44,15 +45,6 @@ constexpr std::size_t kKeptDenials = 64;
 constexpr std::size_t kMaxConnections = 256;  // per sandbox
 constexpr auto kAcceptPause = 100ms;          // after a failed accept (EMFILE would otherwise spin)
 
-// The box's connection never leaves the machine: BBR, a common default
-// (this machine's), paces a loopback hop as if it crossed a network, and
-// measured here a 1 GB download through the proxy ran at a third of CUBIC's
-// speed (bench/network_bench.mjs). The origin's side keeps the system's
-// choice. Best effort: a kernel without CUBIC keeps its default.
-void loopback_congestion_control(tcp::socket& socket) {
-  static constexpr char kCubic[] = "cubic";
-  (void)setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, kCubic, sizeof kCubic - 1);
-}
 
 // The listener's protocol, read from the socket; a sentence when it is not
 // a listening TCP socket.

@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <limits>
 #include <sys/ioctl.h>
@@ -140,6 +143,11 @@ asio::awaitable<SpliceResult> splice_bytes(tcp::socket& from, tcp::socket& to, S
   }
   if (limits.count && left > 0) co_return SpliceResult{asio::error::eof, true};
   co_return SpliceResult{};
+}
+
+void loopback_congestion_control(boost::asio::ip::tcp::socket& socket) {
+  static constexpr char kCubic[] = "cubic";
+  (void)setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, kCubic, sizeof kCubic - 1);
 }
 
 }  // namespace agentbox::network

@@ -39,4 +39,12 @@ struct SpliceResult {
 boost::asio::awaitable<SpliceResult> splice_bytes(boost::asio::ip::tcp::socket& from, boost::asio::ip::tcp::socket& to,
                                                   SpliceLimits limits);
 
+// For a socket whose peer is on this machine (a box's side of the proxy,
+// both sides of an exposed port's relay): CUBIC instead of the system's
+// congestion control. BBR, a common default (this machine's), paces a
+// loopback hop as if it crossed a network; measured here a 1 GB download
+// through the proxy ran at a third of CUBIC's speed (bench/network_bench.mjs).
+// Best effort: a kernel without CUBIC keeps its default.
+void loopback_congestion_control(boost::asio::ip::tcp::socket& socket);
+
 }  // namespace agentbox::network

@@ -7,8 +7,11 @@ namespace agentbox::persistence {
 
 void Catalog::add_exposed_port(const ExposedPortRecord& record) {
   transaction([&] {
-    Statement(db_, "INSERT OR REPLACE INTO exposed_ports (conversation_id, port, host_port, address, created_at) "
-                   "VALUES (?, ?, ?, ?, ?)")
+    // Not INSERT OR REPLACE: that would settle a clash on the host port by
+    // deleting the other conversation's row.
+    Statement(db_, "INSERT INTO exposed_ports (conversation_id, port, host_port, address, created_at) "
+                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id, port) DO UPDATE SET "
+                   "host_port = excluded.host_port, address = excluded.address")
         .bind(1, record.conversation)
         .bind(2, std::int64_t{record.port})
         .bind(3, std::int64_t{record.host_port})

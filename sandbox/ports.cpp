@@ -22,7 +22,7 @@ namespace agentbox::sandbox {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::size_t kStockBatch = 8;
+constexpr std::size_t kStockBatch = 16;  // one helper fork per 16 connections
 constexpr int kConnectWaitMs = 5000;
 
 std::string relay_key(const std::string& conversation, int port) {
@@ -214,18 +214,18 @@ os::UniqueFd ExposedPorts::take_socket(const std::string& sandbox, Lease& lease)
 network::RelayTarget ExposedPorts::connect(const std::string& conversation, int port) {
   network::RelayTarget target;
   std::string where = "port " + std::to_string(port) + " of conversation '" + conversation + "'";
-  if (!manager_->record(conversation)) {
+  // The quick path, a running box (no catalog read); else the catalog says
+  // whether there is one to bring back.
+  std::optional<Lease> lease = manager_->try_acquire(conversation);
+  bool was_running = lease.has_value();
+  if (!lease && !manager_->record(conversation)) {
     target.refusal = "agentbox: " + where +
                      " has no sandbox now (it was destroyed): nothing serves this URL. It works again once the "
                      "conversation's next sandbox serves the port.";
     return target;
   }
-  auto before = manager_->find(conversation);
-  bool was_running = before && before->state() == persistence::SandboxState::Active && before->client() &&
-                     before->client()->alive();
-  std::optional<Lease> lease;
   try {
-    lease.emplace(manager_->acquire(conversation));
+    if (!lease) lease.emplace(manager_->acquire(conversation));
   } catch (const std::exception& e) {
     target.refusal = "agentbox: cannot bring back the sandbox of " + where + ": " + e.what();
     return target;

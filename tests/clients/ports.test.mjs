@@ -4,7 +4,8 @@
 // exposing the same inner port at different URLs, a refused port and an
 // unexposed one, then the same URL after an idle restore and after a server
 // restart (the connection brings the box and its on-restore service back),
-// and 502 with a sentence once the box is destroyed.
+// the source's URL over a fork, and 502 with a sentence once the box is
+// destroyed.
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
@@ -234,6 +235,12 @@ describe('exposed ports', () => {
     server = await state.serve();
     assert.deepEqual(await getUntilOk(`${url}/index.html`), { status: 200, body: 'kept\n' });
     assert.equal((await call(server, 'port_list')).ports[0].url, url);
+
+    // A fork: the source's URL goes on working; the fork has its own box
+    // and exposes its own ports (none are copied to it).
+    const forked = await call(server, 'sandbox_fork', {});
+    assert.equal((await get(`${url}/index.html`)).body, 'kept\n');
+    assert.deepEqual((await call(server, 'port_list', { conversation: forked.forks[0].conversation })).ports, []);
 
     // Destroyed: 502 with a sentence, not a hang.
     await call(server, 'sandbox_destroy');

@@ -264,3 +264,35 @@ TEST_CASE("a sandbox lock is exclusive, waits, and dies with its holder") {
   CHECK(SandboxLock::acquire(dir / "y.lock", std::chrono::milliseconds(500), mine));
   fs::remove_all(dir);
 }
+
+TEST_CASE("exposed ports are kept by conversation; a host port has one owner") {
+  fs::path dir = temp_dir("ports");
+  {
+    Catalog catalog(dir / "c.db");
+    CHECK(catalog.exposed_ports("").empty());
+    catalog.add_exposed_port({"conv-b", 8000, 41001, "127.0.0.1", ""});
+    catalog.add_exposed_port({"conv-a", 8080, 41002, "127.0.0.1", ""});
+    catalog.add_exposed_port({"conv-a", 3000, 41003, "127.0.0.1", ""});
+    // Again for the same port: replaced (a new host port), not added.
+    catalog.add_exposed_port({"conv-a", 3000, 41004, "127.0.0.1", ""});
+    auto a = catalog.exposed_ports("conv-a");
+    REQUIRE(a.size() == 2);
+    CHECK(a[0].port == 3000);
+    CHECK(a[0].host_port == 41004);
+    CHECK_FALSE(a[0].created_at.empty());
+    CHECK(a[1].port == 8080);
+    // Another conversation cannot take a host port that is kept.
+    CHECK_THROWS_AS(catalog.add_exposed_port({"conv-c", 9000, 41001, "127.0.0.1", ""}), CatalogError);
+    CHECK(catalog.exposed_ports("conv-c").empty());
+    CHECK(catalog.remove_exposed_port("conv-a", 8080));
+    CHECK_FALSE(catalog.remove_exposed_port("conv-a", 8080));
+  }
+  // A reopened catalog (a restarted server) has them all.
+  Catalog again(dir / "c.db");
+  auto all = again.exposed_ports("");
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].conversation == "conv-a");
+  CHECK(all[1].conversation == "conv-b");
+  CHECK(all[1].host_port == 41001);
+  fs::remove_all(dir);
+}
