@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -28,6 +29,7 @@
 #include <stdexcept>
 #include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 namespace agentbox::network {
 
@@ -42,6 +44,7 @@ namespace {
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::size_t kRequestHeadLimit = 16 * 1024;
 constexpr auto kRefusalWait = 1s;
+constexpr auto kQuickWait = 1s;
 
 struct Connection {
   explicit Connection(tcp::socket socket) : client(std::move(socket)), inside(client.get_executor()) {}
@@ -58,6 +61,7 @@ struct Listener {
   explicit Listener(asio::io_context& io) : acceptor(io) {}
   tcp::acceptor acceptor;
   RelayConnect connect;
+  RelayQuick quick;
   RelayActivity activity;
   std::set<std::shared_ptr<Connection>> connections;  // on the I/O thread only
 };
@@ -132,6 +136,21 @@ asio::awaitable<void> report_activity(const Clock::time_point& moved, asio::thre
 // before its body runs.
 asio::awaitable<RelayTarget> run_connect(RelayConnect connect) { co_return connect(); }
 
+// Whether the non-blocking connect under way on fd succeeds (at most
+// kQuickWait: a loopback connect that takes longer goes the slow way).
+asio::awaitable<bool> connected(int fd) {
+  auto executor = co_await asio::this_coro::executor;
+  asio::posix::stream_descriptor watch(executor, ::dup(fd));
+  asio::steady_timer timer(executor);
+  timer.expires_after(kQuickWait);
+  auto result = co_await (watch.async_wait(asio::posix::stream_descriptor::wait_write, kTuple) ||
+                          timer.async_wait(kTuple));
+  if (result.index() != 0 || std::get<0>(std::get<0>(result))) co_return false;
+  int err = 0;
+  socklen_t size = sizeof err;
+  co_return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &size) == 0 && err == 0;
+}
+
 tcp protocol_of(int fd) {
   sockaddr_storage address{};
   socklen_t size = sizeof address;
@@ -201,12 +220,23 @@ asio::awaitable<void> PortRelay::Impl::serve(std::shared_ptr<Listener> listener,
                                                  std::to_string(kMaxConnections) + " connections; try again later"));
     co_return;
   }
-  RelayConnect connect = listener->connect;
   RelayTarget target;
-  try {
-    target = co_await asio::co_spawn(pool, run_connect(std::move(connect)), asio::use_awaitable);
-  } catch (const std::exception& e) {
-    target.refusal = e.what();
+  // The quick path, here on the I/O thread: a connect already under way.
+  if (listener->quick) {
+    try {
+      if (auto started = listener->quick()) target = std::move(*started);
+    } catch (const std::exception&) {
+      target = RelayTarget{};
+    }
+    if (target.socket && !co_await connected(target.socket.get())) target = RelayTarget{};
+  }
+  if (!target.socket) {
+    RelayConnect connect = listener->connect;
+    try {
+      target = co_await asio::co_spawn(pool, run_connect(std::move(connect)), asio::use_awaitable);
+    } catch (const std::exception& e) {
+      target.refusal = e.what();
+    }
   }
   if (!connection->client.is_open()) co_return;  // the listener was closed meanwhile
   if (!target.socket && target.refusal.empty()) target.refusal = "agentbox: nothing to relay this connection to";
@@ -264,6 +294,7 @@ std::uint16_t PortRelay::open(const std::string& key, RelayListener spec) {
   if (ec) throw std::invalid_argument("not an IP address: " + spec.address);
   auto listener = std::make_shared<Listener>(impl_->io);
   listener->connect = std::move(spec.connect);
+  listener->quick = std::move(spec.quick);
   listener->activity = std::move(spec.activity);
   tcp::endpoint endpoint(address, spec.port);
   auto check = [](const boost::system::error_code& error, const char* step) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace agentbox::network {
@@ -31,6 +32,10 @@ struct RelayTarget {
 // Blocking; runs on one of the relay's worker threads. May throw: the
 // exception's text is the refusal.
 using RelayConnect = std::function<RelayTarget()>;
+// Non-blocking, on the relay's I/O thread: a socket whose non-blocking
+// connect is under way (or done), or none to take the connect step instead.
+// A connect that fails goes the connect step's way too.
+using RelayQuick = std::function<std::optional<RelayTarget>()>;
 // Bytes moved on one of the listener's connections lately (at most once per
 // kActivityEvery per connection); on a worker thread. May be empty.
 using RelayActivity = std::function<void()>;
@@ -39,6 +44,7 @@ struct RelayListener {
   std::string address;  // "127.0.0.1" unless --expose-address says otherwise
   std::uint16_t port = 0;  // 0: any free port
   RelayConnect connect;
+  RelayQuick quick;  // may be empty
   RelayActivity activity;
 };
 

@@ -43,7 +43,7 @@ void check_port(int port, const char* field) {
 // Connects a socket made in the box to the port on its loopback: IPv4's
 // (through a dual-stack socket, as ::ffff:127.0.0.1) or, when `v6`, ::1.
 // 0 or the errno of the failure.
-int connect_loopback(int fd, int port, bool v6) {
+int connect_loopback(int fd, int port, bool v6, bool wait = true) {
   sockaddr_storage storage{};
   socklen_t size = 0;
   sockaddr_storage own{};
@@ -68,6 +68,7 @@ int connect_loopback(int fd, int port, bool v6) {
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return errno;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&storage), size) == 0) return 0;
   if (errno != EINPROGRESS) return errno;
+  if (!wait) return EINPROGRESS;
   // A listener whose backlog is full drops the SYN: bounded, not a hang.
   pollfd ready{fd, POLLOUT, 0};
   int n = poll(&ready, 1, kConnectWaitMs);
@@ -92,6 +93,7 @@ std::string ExposedPorts::open_listener(const std::string& conversation, int por
   listener.address = address;
   listener.port = static_cast<std::uint16_t>(host_port);
   listener.connect = [this, conversation, port] { return connect(conversation, port); };
+  listener.quick = [this, conversation, port] { return quick(conversation, port); };
   listener.activity = [this, conversation] { (void)manager_->try_acquire(conversation); };
   try {
     bound = relay_.open(relay_key(conversation, port), std::move(listener));
@@ -209,6 +211,29 @@ os::UniqueFd ExposedPorts::take_socket(const std::string& sandbox, Lease& lease)
   os::UniqueFd fd = std::move(stock.sockets.back());
   stock.sockets.pop_back();
   return fd;
+}
+
+// On the relay's I/O thread: never blocks (no catalog, no helper fork, no
+// wait for the connect).
+std::optional<network::RelayTarget> ExposedPorts::quick(const std::string& conversation, int port) {
+  auto lease = manager_->try_acquire(conversation);  // counts as use
+  if (!lease) return std::nullopt;
+  const std::string sandbox = lease->sandbox().id();
+  auto client = lease->sandbox().client();
+  os::UniqueFd fd;
+  {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return std::nullopt;
+    auto it = stocks_.find(sandbox);
+    if (it == stocks_.end() || it->second.client.lock() != client || it->second.sockets.empty()) return std::nullopt;
+    fd = std::move(it->second.sockets.back());
+    it->second.sockets.pop_back();
+  }
+  int err = connect_loopback(fd.get(), port, false, false);
+  if (err != 0 && err != EINPROGRESS) return std::nullopt;
+  network::RelayTarget target;
+  target.socket = std::move(fd);
+  return target;
 }
 
 network::RelayTarget ExposedPorts::connect(const std::string& conversation, int port) {

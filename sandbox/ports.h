@@ -71,6 +71,7 @@ class ExposedPorts {
   };
 
   network::RelayTarget connect(const std::string& conversation, int port);
+  std::optional<network::RelayTarget> quick(const std::string& conversation, int port);
   os::UniqueFd take_socket(const std::string& sandbox, Lease& lease);
   std::optional<bool> probe(const std::string& conversation, int port);
   ExposedPort describe(const std::string& conversation, int port, int host_port, const std::string& address);

@@ -1,14 +1,16 @@
 // The relay of exposed ports (network/port_relay.h) against a real echo
 // server on loopback: bytes both ways and a half-close, the 502 of a
 // refusal and of a connect step that throws, close() ending open
-// connections, a host port in use.
+// connections, a host port in use, the quick path and its fallback.
 #include "network/port_relay.h"
 
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <optional>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdexcept>
@@ -192,4 +194,41 @@ TEST_CASE("close ends open connections and the listener; a port in use is an err
     l.address = "not an address";
     return l;
   }()), std::invalid_argument);
+}
+
+TEST_CASE("the quick path relays a connect under way; a failed one takes the connect step", "[relay]") {
+  EchoServer echo;
+  PortRelay relay;
+  std::atomic<int> slow{0};
+  std::atomic<int> quick{0};
+  std::atomic<int> quick_port{echo.port()};
+  RelayListener listener = to_echo(echo, &slow);
+  listener.quick = [&]() -> std::optional<RelayTarget> {
+    ++quick;
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    auto address = loopback(quick_port);
+    int rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address);
+    if (rc != 0 && errno != EINPROGRESS) return std::nullopt;
+    return RelayTarget{std::move(fd), ""};
+  };
+  int port = relay.open("quick", std::move(listener));
+  auto round_trip = [&] {
+    UniqueFd client = connect_to(port);
+    REQUIRE(write(client.get(), "abc", 3) == 3);
+    shutdown(client.get(), SHUT_WR);
+    return read_all(client.get());
+  };
+  CHECK(round_trip() == "abc");
+  CHECK(quick == 1);
+  CHECK(slow == 0);
+  // A port nobody listens on: the quick connect fails, the connect step relays.
+  UniqueFd unused(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  auto address = loopback(0);
+  REQUIRE(bind(unused.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  socklen_t size = sizeof address;
+  getsockname(unused.get(), reinterpret_cast<sockaddr*>(&address), &size);
+  quick_port = ntohs(address.sin_port);  // bound, not listening: refused
+  CHECK(round_trip() == "abc");
+  CHECK(quick == 2);
+  CHECK(slow == 1);
 }
