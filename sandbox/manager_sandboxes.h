@@ -29,6 +29,12 @@ class ManagerSandboxes : public Sandboxes {
   std::vector<network::Denial> network_denials(const std::string& conversation,
                                                std::chrono::system_clock::time_point since) override;
 
+  bool add_code_context(const std::string& conversation, const std::string& id, const std::string& language) override;
+  std::vector<persistence::CodeContextRecord> code_contexts(const std::string& conversation) override;
+  bool add_code_cell(const std::string& conversation, const std::string& id, const std::string& code) override;
+  std::vector<std::string> code_cells(const std::string& conversation, const std::string& id) override;
+  bool remove_code_context(const std::string& conversation, const std::string& id) override;
+
   Manager& manager() const { return *manager_; }
 
  private:
