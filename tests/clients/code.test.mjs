@@ -121,6 +121,55 @@ describe('code contexts', () => {
     assert.equal((await c('code_run', { code: 'kept * 6' })).result, '42');
   });
 
+  test('an MCP cancel interrupts the cell; a second run meanwhile is CONTEXT_BUSY', async (t) => {
+    const { c, raw, client } = await serve(t);
+    await c('code_run', { code: 'kept = "still here"' });
+    const abort = new AbortController();
+    const running = client.callTool({ name: 'code_run', arguments: { code: 'import time\nwhile True: time.sleep(0.01)' } },
+      undefined, { ...CALL, signal: abort.signal });
+    await sleep(1000);
+    const busy = await raw('code_run', { code: 'kept' });
+    assert.equal(busy.isError, true);
+    assert.equal(busy._meta['agentbox/error'].code, 'CONTEXT_BUSY');
+    abort.abort();
+    await assert.rejects(running);
+    // The cancel interrupts the cell at once, not at its 120 s timeout.
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const r = await raw('code_run', { code: 'kept' });
+      if (!r.isError) {
+        assert.equal(r.structuredContent.result, "'still here'");
+        break;
+      }
+      assert.equal(r._meta['agentbox/error'].code, 'CONTEXT_BUSY');
+      assert.ok(Date.now() < deadline, 'the cancelled cell still runs');
+      await sleep(200);
+    }
+  });
+
+  test('an interpreter that ignores SIGINT is killed after the grace and replayed on the next run', async (t) => {
+    const { c } = await serve(t);
+    await c('code_run', { code: 'base = 5' });
+    await c('code_run', { code: 'import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nNone' });
+    const r = await c('code_run', { code: 'while True: pass', timeout_ms: 500 });
+    assert.equal(r.interrupted, true);
+    assert.equal(r.error.name, 'Killed');
+    assert.match(r.error.value, /did not stop within 2 s of SIGINT/);
+    const back = await c('code_run', { code: 'base + 1' });
+    assert.equal(back.result, '6');
+    assert.equal(back.replayed, 2);
+    assert.equal(back.restarted, true);
+  });
+
+  test('a flood of output neither blocks the interpreter nor passes the inline cap', async (t) => {
+    const { c } = await serve(t);
+    const r = await c('code_run', { code: 'import sys\nprint("x" * 3_000_000)\nsys.stderr.write("e" * 500_000)\n"done"' });
+    assert.equal(r.result, "'done'");
+    assert.equal(r.truncated, true);
+    assert.ok(r.stdout.length + r.stderr.length <= 30_000, `${r.stdout.length} + ${r.stderr.length}`);
+    assert.ok(r.stdout.startsWith('xxx') && r.stderr.endsWith('eee'));
+  });
+
   test('after an idle teardown the cells are replayed and the state is back', async (t) => {
     const { c, raw } = await serve(t, ['--idle-timeout', '2s', '--background-keepalive', '0s']);
     await c('code_run', { code: 'import json\ndata = {"n": 1}' });
