@@ -8,6 +8,8 @@
 // every field is type-checked here, images are checked as base64 and bounded.
 #include "tools/sandbox_call.h"
 
+#include "os/utf8.h"
+
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -74,20 +76,34 @@ bool base64(const std::string& s) {
   return true;
 }
 
-json error_of(const json& r) {
+// The agent cuts a cell's output to the inline cap; a box that sends more
+// is cut here too (the front kept), so no result grows past the cap.
+std::string within(const std::string& text, std::size_t cap, bool& cut) {
+  if (text.size() <= cap) return text;
+  cut = true;
+  return std::string(os::utf8_prefix(text, cap));
+}
+
+// A cell's error; a traceback past the inline cap keeps its end, where
+// the exception is.
+json error_of(const json& r, std::size_t cap = contract::kInlineOutputChars) {
   auto it = r.find("error");
   if (it == r.end() || it->is_null()) return nullptr;
   if (!it->is_object()) throw std::runtime_error("\"error\" is not an object");
-  return {{"name", string_at(*it, "name")}, {"value", string_at(*it, "value")}, {"traceback", string_at(*it, "traceback")}};
+  bool cut = false;
+  return {{"name", within(string_at(*it, "name"), 256, cut)},
+          {"value", within(string_at(*it, "value"), cap / 2, cut)},
+          {"traceback", std::string(os::utf8_suffix(string_at(*it, "traceback"), cap / 2))}};
 }
 
 // The tool result from the agent's code.run result.
-ToolResult cell_result(const json& r, const std::string& language, bool restarted, bool kept) {
+ToolResult cell_result(const json& r, const std::string& language, bool restarted, bool kept, std::size_t cap) {
   if (!r.is_object()) throw std::runtime_error("the result is not an object");
-  json out = {{"context", string_at(r, "context")}, {"language", language}, {"stdout", string_at(r, "stdout")},
-              {"stderr", string_at(r, "stderr")}};
+  bool cut = false;
+  json out = {{"context", string_at(r, "context")}, {"language", language}, {"stdout", within(string_at(r, "stdout"), cap, cut)},
+              {"stderr", within(string_at(r, "stderr"), cap, cut)}};
   auto res = r.find("result");
-  out["result"] = res != r.end() && res->is_string() ? *res : json(nullptr);
+  out["result"] = res != r.end() && res->is_string() ? json(within(res->get<std::string>(), cap, cut)) : json(nullptr);
   json error = error_of(r);
   out["error"] = error;
   out["interrupted"] = bool_at(r, "interrupted");
@@ -95,7 +111,7 @@ ToolResult cell_result(const json& r, const std::string& language, bool restarte
   out["replayed"] = count_at(r, "replayed");
   if (auto failed = count_at(r, "replay_failed")) out["replay_failed"] = failed;
   out["duration_ms"] = count_at(r, "duration_ms");
-  out["truncated"] = bool_at(r, "truncated");
+  out["truncated"] = bool_at(r, "truncated") || cut;
   out["kept"] = kept;
   json images = json::array(), blocks = json::array();
   std::size_t bytes = 0;
@@ -230,7 +246,8 @@ void run_code(sandbox::Sandboxes& sandboxes, const json& args, const std::shared
         kept = false;
       }
     }
-    return cell_result(outcome.result, language, restarted, kept);
+    // Bytes: the agent's cut counts characters, which may be up to 4 bytes each.
+    return cell_result(outcome.result, language, restarted, kept, 4 * limits.inline_output_chars);
   });
   with_notice(result, lease->notice());
   lease.reset();
