@@ -189,6 +189,17 @@ describe('code contexts', () => {
     assert.match(r.content[0].text, /started again and 2 earlier successful cell\(s\) replayed/);
   });
 
+  test('sandbox_destroy drops the contexts: nothing is replayed into the next sandbox', async (t) => {
+    const { c } = await serve(t);
+    await c('code_run', { code: 'gone = 1' });
+    // keep_snapshots keeps the conversation's sandbox id; the contexts go all the same.
+    await c('sandbox_destroy', { keep_snapshots: true });
+    assert.deepEqual((await c('code_context_list')).contexts, []);
+    const r = await c('code_run', { code: 'gone' });
+    assert.equal(r.replayed, 0);
+    assert.equal(r.error.name, 'NameError');
+  });
+
   test('javascript keeps state, awaits a promise, reports errors and is interrupted', async (t) => {
     const { c } = await serve(t);
     const first = await c('code_run', { language: 'javascript', code: 'const os = require("os"); var n = 40; function inc(v) { return v + 1 }' });
