@@ -216,6 +216,9 @@ describe('code contexts', () => {
     const spun = await c('code_run', { language: 'javascript', code: 'while (true) {}', timeout_ms: 1000 });
     assert.equal(spun.interrupted, true);
     assert.match(spun.error.value, /interrupted/);
+    const waited = await c('code_run', { language: 'javascript', code: 'new Promise(() => {})', timeout_ms: 1000 });
+    assert.equal(waited.interrupted, true);  // a Promise that never settles is given up at SIGINT too
+    assert.equal(waited.error.name, 'Interrupted');
     assert.equal((await c('code_run', { language: 'javascript', code: 'n' })).result, '40');
   });
 
