@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 
+#include "agent/code_contexts.h"
 #include "agent/file_paths.h"
 #include "agent/files.h"
 #include "agent/freeze.h"
@@ -82,6 +83,7 @@ class AgentServer {
       : config_(config),
         processes_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
         terminals_(io_, config_, [this](const std::string& name) { return sessions_->settled_context(name); }),
+        code_(config_),
         watches_(io_, [this](const std::string& name) { return sessions_->context(name); }),
         writer_(STDOUT_FILENO) {
     sessions_ = std::make_unique<Sessions>(config_, io_, processes_);
@@ -89,6 +91,7 @@ class AgentServer {
     register_process_methods(methods_, processes_);
     register_terminal_methods(methods_, terminals_);
     register_watch_methods(methods_, watches_);
+    register_code_methods(methods_, code_);
     register_freeze_methods(methods_);
     register_file_methods(methods_, [this](const std::string& name) { return sessions_->context(name); }, config_);
     methods_[contract::methods::kHello] = [](AgentRequest&) {
@@ -119,6 +122,7 @@ class AgentServer {
     sessions_->kill_all();
     processes_.kill_all();
     terminals_.kill_all();
+    code_.kill_all();
     return 0;
   }
 
@@ -211,6 +215,7 @@ class AgentServer {
   IoLoop io_;
   ProcessTable processes_;
   TerminalTable terminals_;
+  CodeTable code_;
   WatchTable watches_;
   std::unique_ptr<Sessions> sessions_;
   MethodTable methods_;

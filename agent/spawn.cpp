@@ -72,6 +72,9 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
   envp.push_back(nullptr);
   const char* cwd = spec.cwd.c_str();
   const bool terminal = spec.terminal;
+  int extra[4];
+  const int extras = static_cast<int>(std::min<std::size_t>(spec.extra_fds.size(), 4));
+  for (int i = 0; i < extras; ++i) extra[i] = spec.extra_fds[i];
 
   int status_pipe[2];
   if (pipe2(status_pipe, O_CLOEXEC) != 0) throw SandboxError(codes::kSpawnFailed, os::errno_text("pipe", errno));
@@ -107,8 +110,11 @@ Spawned spawn_supervised(const SpawnSpec& spec) {
     if (child == 0) {
       // dup2 onto 0..2 clears CLOEXEC; everything else the agent holds is closed.
       int fds[3] = {fcntl(in, F_DUPFD_CLOEXEC, 10), fcntl(out, F_DUPFD_CLOEXEC, 10), fcntl(err, F_DUPFD_CLOEXEC, 10)};
+      int more[4];
+      for (int i = 0; i < extras; ++i) more[i] = fcntl(extra[i], F_DUPFD_CLOEXEC, 10);
       for (int i = 0; i < 3; ++i) dup2(fds[i], i);
-      syscall(SYS_close_range, 3u, ~0u, 0u);
+      for (int i = 0; i < extras; ++i) dup2(more[i], 3 + i);
+      syscall(SYS_close_range, static_cast<unsigned>(3 + extras), ~0u, 0u);
       if (terminal) {
         setsid();
         ioctl(0, TIOCSCTTY, 0);

@@ -22,6 +22,9 @@ struct SpawnSpec {
   // stdin is a pseudo-terminal's end: the command gets a session of its own
   // with it as the controlling terminal (job control, SIGWINCH, ^C).
   bool terminal = false;
+  // Further fds the command gets as 3, 4, ... in this order (at most 4): a
+  // code context's request and reply pipes (code_contexts.h).
+  std::vector<int> extra_fds;
 };
 
 struct Spawned {

@@ -55,6 +55,11 @@ inline constexpr const char* kFileSearch = "file.search";
 // not hold up its session's line.
 inline constexpr const char* kWatchAdd = "watch.add";
 inline constexpr const char* kWatchChanges = "watch.changes";
+// Code contexts (agent/code_contexts.h).
+inline constexpr const char* kCodeCreate = "code.create";
+inline constexpr const char* kCodeRun = "code.run";
+inline constexpr const char* kCodeDelete = "code.delete";
+inline constexpr const char* kCodeList = "code.list";
 // Every file method's name starts with this (they take a place in their
 // session's line like exec, agent/session_queue.h).
 inline constexpr std::string_view kFilePrefix = "file.";

@@ -38,6 +38,8 @@ inline constexpr const char* kTerminalNotFound = "TERMINAL_NOT_FOUND";
 inline constexpr const char* kWatchNotFound = "WATCH_NOT_FOUND";
 inline constexpr const char* kPortNotExposed = "PORT_NOT_EXPOSED";
 inline constexpr const char* kPortUnavailable = "PORT_UNAVAILABLE";  // the host port cannot be listened on
+inline constexpr const char* kContextNotFound = "CONTEXT_NOT_FOUND";  // code contexts
+inline constexpr const char* kContextBusy = "CONTEXT_BUSY";          // a cell of the context is running
 inline constexpr const char* kSnapshotNotFound = "SNAPSHOT_NOT_FOUND";
 inline constexpr const char* kSnapshotCorrupt = "SNAPSHOT_CORRUPT";    // damaged, malicious or missing archive
 inline constexpr const char* kSnapshotFailed = "SNAPSHOT_FAILED";      // could not write a snapshot
@@ -54,7 +56,8 @@ inline constexpr const char* kAll[] = {
     kInvalidArguments, kFileNotFound, kIsDirectory, kNotDirectory, kFileExists, kPermissionDenied,
     kPathOutsideSandbox, kSymlinkLoop, kDirectoryNotEmpty, kBinaryFile, kFileTooLarge, kNoSpace,
     kIoError, kAmbiguousMatch, kNoMatch, kInvalidCwd, kSessionNotFound, kSessionExists,
-    kProcessNotFound, kTerminalNotFound, kWatchNotFound, kPortNotExposed, kPortUnavailable, kSnapshotNotFound, kSnapshotCorrupt, kSnapshotFailed, kSandboxStartFailed,
+    kProcessNotFound, kTerminalNotFound, kWatchNotFound, kPortNotExposed, kPortUnavailable, kContextNotFound, kContextBusy,
+    kSnapshotNotFound, kSnapshotCorrupt, kSnapshotFailed, kSandboxStartFailed,
     kSandboxFailed, kSandboxBusy, kSandboxUnavailable, kSpawnFailed, kAgentTimeout, kInternal};
 
 // Whether code is one of the above. A code from the sandbox's agent that is

@@ -106,6 +106,22 @@ constexpr const char* kMigrations[] = {
         PRIMARY KEY (conversation_id, port));
       CREATE UNIQUE INDEX exposed_ports_by_host ON exposed_ports(address, host_port);
     )sql",
+    // 8: code contexts (docs/design.md section 12) and the successful cells
+    // of each, replayed into a new interpreter after the box forgot it.
+    R"sql(
+      CREATE TABLE code_contexts (
+        sandbox_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        language TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (sandbox_id, id));
+      CREATE TABLE code_cells (
+        sandbox_id TEXT NOT NULL,
+        context_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        code TEXT NOT NULL,
+        PRIMARY KEY (sandbox_id, context_id, seq));
+    )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
 
@@ -290,6 +306,7 @@ void Catalog::remove_sandbox(const std::string& sandbox) {
     Statement(db_, "DELETE FROM host_ids WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM warm WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM network_policies WHERE sandbox_id = ?").bind(1, sandbox).run();
+    drop_code_contexts(sandbox);
   });
 }
 
@@ -297,6 +314,7 @@ void Catalog::begin_destroy(const std::string& sandbox, bool keep_snapshots) {
   transaction([&] {
     Statement(db_, "DELETE FROM sessions WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "DELETE FROM warm WHERE sandbox_id = ?").bind(1, sandbox).run();
+    drop_code_contexts(sandbox);  // their interpreters end with the box
     if (!keep_snapshots) Statement(db_, "DELETE FROM conversations WHERE sandbox_id = ?").bind(1, sandbox).run();
     Statement(db_, "UPDATE sandboxes SET state = ?, restore_snapshot = '', lost_processes = '[]', updated_at = ? "
                    "WHERE id = ?")

@@ -124,6 +124,14 @@ struct ExposedPortRecord {
   int host_port = 0;
   std::string address;
   std::string created_at;
+// A code context the host keeps (docs/design.md section 12), by its
+// sandbox's id, which stays the same over teardown and restore.
+struct CodeContextRecord {
+  std::string sandbox;
+  std::string id;
+  std::string language;  // python, javascript or bash
+  std::string created_at;
+  std::int64_t cells = 0;  // successful cells kept for replay
 };
 
 // Host ids reserved for sandboxes: uids uid_start.., gids gid_start.., count of each.
@@ -139,7 +147,7 @@ std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -260,8 +268,23 @@ class Catalog {
   void add_exposed_port(const ExposedPortRecord& record);
   bool remove_exposed_port(const std::string& conversation, int port);
   std::vector<ExposedPortRecord> exposed_ports(const std::string& conversation);
+  // Code contexts and their successful cells (catalog_code.cpp). Dropped
+  // with the sandbox (remove_sandbox, begin_destroy).
+  static constexpr std::int64_t kMaxCodeCells = 1'000;        // per context
+  static constexpr std::int64_t kMaxCodeBytes = 1 << 20;      // of code, per context
+  static constexpr std::int64_t kMaxCodeContexts = 16;        // per sandbox, as the agent runs
+  // False when the sandbox has kMaxCodeContexts already; true when added or already there.
+  bool add_code_context(const CodeContextRecord& context);
+  std::vector<CodeContextRecord> code_contexts(const std::string& sandbox);
+  std::optional<CodeContextRecord> find_code_context(const std::string& sandbox, const std::string& id);
+  // Appends a successful cell; false (nothing kept) when the context holds
+  // kMaxCodeCells or its code would pass kMaxCodeBytes.
+  bool add_code_cell(const std::string& sandbox, const std::string& id, const std::string& code);
+  std::vector<std::string> code_cells(const std::string& sandbox, const std::string& id);
+  bool remove_code_context(const std::string& sandbox, const std::string& id);
 
  private:
+  void drop_code_contexts(const std::string& sandbox);  // inside a transaction
   void migrate();
   void exec(const char* sql);
   template <typename Fn>

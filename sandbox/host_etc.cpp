@@ -28,7 +28,7 @@ const char* const kHostEtc[] = {
     // shells and the usual tools' system configs
     "bash.bashrc", "bashrc", "profile", "profile.d", "inputrc", "shells", "environment.d", "mime.types",
     "magic", "magic.mime", "gitconfig", "gitattributes", "manpath.config", "groff", "terminfo", "vim",
-    "nanorc", "wgetrc", "xattr.conf", "gdb", "fonts", "mailcap", "python3", "python3.*", "perl",
+    "nanorc", "wgetrc", "xattr.conf", "gdb", "fonts", "mailcap", "python3", "python3.*", "matplotlibrc", "perl",
     "java-*", "ImageMagick-*", "R", "mtab",
 };
 

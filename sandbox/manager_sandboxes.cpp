@@ -121,4 +121,31 @@ Destroyed ManagerSandboxes::destroy(const std::string& conversation, bool keep_s
   return out;
 }
 
+// Code contexts: the catalog's rows under the conversation's sandbox id.
+bool ManagerSandboxes::add_code_context(const std::string& conversation, const std::string& id, const std::string& language) {
+  auto record = manager_->record(conversation);
+  if (!record) throw SandboxError(codes::kSandboxFailed, "the conversation has no sandbox to keep a code context in");
+  return manager_->catalog().add_code_context({record->id, id, language, "", 0});
+}
+
+std::vector<persistence::CodeContextRecord> ManagerSandboxes::code_contexts(const std::string& conversation) {
+  auto record = manager_->record(conversation);
+  return record ? manager_->catalog().code_contexts(record->id) : std::vector<persistence::CodeContextRecord>{};
+}
+
+bool ManagerSandboxes::add_code_cell(const std::string& conversation, const std::string& id, const std::string& code) {
+  auto record = manager_->record(conversation);
+  return record && manager_->catalog().add_code_cell(record->id, id, code);
+}
+
+std::vector<std::string> ManagerSandboxes::code_cells(const std::string& conversation, const std::string& id) {
+  auto record = manager_->record(conversation);
+  return record ? manager_->catalog().code_cells(record->id, id) : std::vector<std::string>{};
+}
+
+bool ManagerSandboxes::remove_code_context(const std::string& conversation, const std::string& id) {
+  auto record = manager_->record(conversation);
+  return record && manager_->catalog().remove_code_context(record->id, id);
+}
+
 }  // namespace agentbox::sandbox

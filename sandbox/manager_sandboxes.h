@@ -34,6 +34,11 @@ class ManagerSandboxes : public Sandboxes {
   ExposedPort expose_port(const std::string& conversation, int port, std::optional<int> host_port) override;
   std::vector<ExposedPort> exposed_ports(const std::string& conversation) override;
   bool unexpose_port(const std::string& conversation, int port) override;
+  bool add_code_context(const std::string& conversation, const std::string& id, const std::string& language) override;
+  std::vector<persistence::CodeContextRecord> code_contexts(const std::string& conversation) override;
+  bool add_code_cell(const std::string& conversation, const std::string& id, const std::string& code) override;
+  std::vector<std::string> code_cells(const std::string& conversation, const std::string& id) override;
+  bool remove_code_context(const std::string& conversation, const std::string& id) override;
 
   Manager& manager() const { return *manager_; }
 

@@ -205,6 +205,9 @@ std::optional<bool> ExposedPorts::probe(const std::string& conversation, int por
 os::UniqueFd ExposedPorts::take_socket(const std::string& sandbox, Lease& lease) {
   auto client = lease.sandbox().client();
   std::lock_guard lock(mutex_);
+  // Sockets of boxes that are gone hold their network namespaces: drop them.
+  for (auto it = stocks_.begin(); it != stocks_.end();)
+    it = it->second.client.expired() && it->first != sandbox ? stocks_.erase(it) : std::next(it);
   Stock& stock = stocks_[sandbox];
   if (stock.client.lock() != client) stock = Stock{client, {}};
   if (stock.sockets.empty()) stock.sockets = manager_->sockets_inside(lease, kStockBatch);

@@ -161,6 +161,31 @@ class Sandboxes {
   }
   virtual bool unexpose_port(const std::string& conversation, int port) {
     (void)conversation, (void)port;
+  // Code contexts (docs/design.md section 12) as the catalog keeps them,
+  // under the id of the conversation's sandbox (the same over teardown and
+  // restore; sandbox_destroy drops them). Reads give nothing for a
+  // conversation without a sandbox; the writes need one (acquire first).
+  // add_code_context is false when the sandbox has the most it may;
+  // add_code_cell false when the context holds the most cells or code it
+  // may. Throw SandboxError (and CatalogError on a full disk).
+  virtual bool add_code_context(const std::string& conversation, const std::string& id, const std::string& language) {
+    (void)conversation, (void)id, (void)language;
+    throw SandboxError(codes::kSandboxUnavailable, "this server keeps no code contexts");
+  }
+  virtual std::vector<persistence::CodeContextRecord> code_contexts(const std::string& conversation) {
+    (void)conversation;
+    return {};
+  }
+  virtual bool add_code_cell(const std::string& conversation, const std::string& id, const std::string& code) {
+    (void)conversation, (void)id, (void)code;
+    return false;
+  }
+  virtual std::vector<std::string> code_cells(const std::string& conversation, const std::string& id) {
+    (void)conversation, (void)id;
+    return {};
+  }
+  virtual bool remove_code_context(const std::string& conversation, const std::string& id) {
+    (void)conversation, (void)id;
     return false;
   }
 

@@ -74,6 +74,8 @@ const tools::Registry::Entry* tool_with_bad_arguments(const tools::Registry& reg
 json call_tool_result(tools::ToolResult result) {
   json out = json::object();
   out["content"] = json::array({json{{"type", "text"}, {"text", std::move(result.text)}}});
+  if (result.extra_content.is_array())
+    for (auto& block : result.extra_content) out["content"].push_back(std::move(block));
   if (result.is_error)
     out["_meta"] = json{{"agentbox/error", std::move(result.error_object)}};
   else

@@ -12,6 +12,7 @@ void register_watch_tools(Registry& registry, const Services& services);
 void register_snapshot_tools(Registry& registry, const Services& services);
 void register_network_tools(Registry& registry, const Services& services);
 void register_port_tools(Registry& registry, const Services& services);
+void register_code_tools(Registry& registry, const Services& services);
 void register_debug_tools(Registry& registry);
 
 void register_all(Registry& registry, const Services& services) {
@@ -25,6 +26,7 @@ void register_all(Registry& registry, const Services& services) {
   register_watch_tools(registry, services);
   register_network_tools(registry, services);
   register_port_tools(registry, services);
+  register_code_tools(registry, services);
   if (services.test_tools) register_debug_tools(registry);
 }
 

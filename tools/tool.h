@@ -25,6 +25,9 @@ struct ToolResult {
   std::string text;                  // shown to the model; for an error "CODE: message"
   bool is_error = false;
   json error_object;                 // error(): {code, message, ...details}
+  // MCP content blocks after the text, e.g. {type: "image", data, mimeType}
+  // (code_run's figures); the tool bounds them.
+  json extra_content = json::array();
 
   static ToolResult ok(json structured, std::string text);
   // code is one of the documented error codes (FILE_NOT_FOUND, SESSION_NOT_FOUND, ...);

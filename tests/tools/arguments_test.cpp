@@ -9,7 +9,8 @@ using namespace agentbox::tools::test;
 TEST_CASE("every tool is registered with a schema hosts accept", "[tools][arguments]") {
   ToolHarness tools(nullptr);
   auto definitions = tools.registry.definitions();
-  CHECK(definitions.size() == 34);  // 26 + the six terminal_* tools, file_watch and file_changes (issue 16)
+  // 26 + the six terminal_* tools, file_watch and file_changes (issue 16), code_run and code_context_* (issue 17)
+  CHECK(definitions.size() == 41);  // 34 + port_expose/list/unexpose and the four code tools (issue 17)
   for (const auto& d : definitions) {
     INFO(d["name"]);
     CHECK(d.contains("outputSchema"));
