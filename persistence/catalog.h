@@ -124,6 +124,8 @@ struct ExposedPortRecord {
   int host_port = 0;
   std::string address;
   std::string created_at;
+};
+
 // A code context the host keeps (docs/design.md section 12), by its
 // sandbox's id, which stays the same over teardown and restore.
 struct CodeContextRecord {

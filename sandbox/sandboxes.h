@@ -161,6 +161,9 @@ class Sandboxes {
   }
   virtual bool unexpose_port(const std::string& conversation, int port) {
     (void)conversation, (void)port;
+    return false;
+  }
+
   // Code contexts (docs/design.md section 12) as the catalog keeps them,
   // under the id of the conversation's sandbox (the same over teardown and
   // restore; sandbox_destroy drops them). Reads give nothing for a
