@@ -226,9 +226,9 @@ asio::awaitable<void> PortRelay::Impl::serve(std::shared_ptr<Listener> listener,
     try {
       if (auto started = listener->quick()) target = std::move(*started);
     } catch (const std::exception&) {
-      target = RelayTarget{};
+      target = RelayTarget();
     }
-    if (target.socket && !co_await connected(target.socket.get())) target = RelayTarget{};
+    if (target.socket && !co_await connected(target.socket.get())) target = RelayTarget();
   }
   if (!target.socket) {
     RelayConnect connect = listener->connect;
