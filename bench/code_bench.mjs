@@ -9,31 +9,13 @@
 // Reported: median, p90 and min of each, and the ratio of the medians.
 // Usage: node bench/code_bench.mjs [--bin build/agentbox] [--iterations 30] [--json]
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const sdk = createRequire(join(ROOT, 'tests/clients/package.json'));
-const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
-const { StdioClientTransport } = sdk('@modelcontextprotocol/sdk/client/stdio.js');
+import { BIN, Client, JSON_OUT, StdioClientTransport, median, option, percentile, round } from './common.mjs';
 
-function option(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
-}
-const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
 const N = Number(option('iterations', 30));
-const JSON_OUT = process.argv.includes('--json');
 
-const sorted = (v) => [...v].sort((a, b) => a - b);
-const median = (v) => {
-  const s = sorted(v);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const percentile = (v, p) => sorted(v)[Math.min(v.length - 1, Math.ceil((p / 100) * v.length) - 1)];
-const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 const stats = (v) => ({ p50_ms: round(median(v)), p90_ms: round(percentile(v, 90)), min_ms: round(Math.min(...v)) });
 
 const state = mkdtempSync(join(tmpdir(), 'agentbox-code-bench-'));

@@ -15,35 +15,18 @@
 //        [--cold 20] [--json] [--bench-plan BIN_DIR/agentbox-bench-plan]
 import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-// The SDK the client tests pin (tests/clients/package-lock.json).
-const sdk = createRequire(join(ROOT, 'tests/clients/package.json'));
-const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
-const { StdioClientTransport } = sdk('@modelcontextprotocol/sdk/client/stdio.js');
+import { BIN, Client, JSON_OUT, StdioClientTransport, median, option, round } from './common.mjs';
 
-function option(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
-}
-const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
 // The baseline's bwrap argv comes from a bench program built next to agentbox.
 const BENCH_PLAN = resolve(option('bench-plan', join(dirname(BIN), 'agentbox-bench-plan')));
 const N = Number(option('iterations', 200));
 const COLD = Number(option('cold', 20));
-const JSON_OUT = process.argv.includes('--json');
 
 const now = () => performance.now();
-const median = (v) => {
-  const s = [...v].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
 // The kB figures of /proc/PID/smaps_rollup (Rss, Pss...).
 function memory(pid) {

@@ -21,29 +21,13 @@ import { promisify } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttp } from 'node:http';
 import { createServer as createHttps } from 'node:https';
-import { createRequire } from 'node:module';
 import { cpus, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const sdk = createRequire(join(ROOT, 'tests/clients/package.json'));
-const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
-const { StdioClientTransport } = sdk('@modelcontextprotocol/sdk/client/stdio.js');
+import { BIN, Client, JSON_OUT, StdioClientTransport, median, option, round } from './common.mjs';
 
-function option(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
-}
-const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
 const MB = Number(option('mb', 100));
 const ROUNDS = Number(option('rounds', 3));
-const JSON_OUT = process.argv.includes('--json');
-const median = (v) => {
-  const s = [...v].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
 const work = mkdtempSync(join(tmpdir(), 'agentbox-netbench-'));
 const openssl = (...args) => execFileSync('openssl', args, { cwd: work, stdio: ['ignore', 'ignore', 'pipe'] });

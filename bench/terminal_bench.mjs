@@ -25,34 +25,16 @@
 //        [--json] [--quick]
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-// The SDK the client tests pin (tests/clients/package-lock.json).
-const sdk = createRequire(join(ROOT, 'tests/clients/package.json'));
-const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
-const { StdioClientTransport } = sdk('@modelcontextprotocol/sdk/client/stdio.js');
+import { BIN, Client, JSON_OUT, StdioClientTransport, median, option, percentile } from './common.mjs';
 
-function option(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
-}
-const BIN = resolve(option('bin', process.env.AGENTBOX_BIN ?? join(ROOT, 'build/agentbox')));
 const QUICK = process.argv.includes('--quick');
 const N = Number(option('iterations', QUICK ? 40 : 200));
-const JSON_OUT = process.argv.includes('--json');
 const RESET_EVERY = 10;  // two short markers per iteration: a line stays well under 200 columns
 
 const now = () => performance.now();
-const sorted = (v) => [...v].sort((a, b) => a - b);
-const median = (v) => {
-  const s = sorted(v);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const percentile = (v, p) => sorted(v)[Math.min(v.length - 1, Math.ceil((p / 100) * v.length) - 1)];
 const round = (x, d = 3) => Math.round(x * 10 ** d) / 10 ** d;
 const stats = (v) => ({ p50_ms: round(median(v)), p90_ms: round(percentile(v, 90)), min_ms: round(Math.min(...v)) });
 
