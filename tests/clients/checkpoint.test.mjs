@@ -7,15 +7,13 @@
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { startServer, tail, sleep } from './helpers.mjs';
+import { serveListed, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 90_000 }, fn);
 const CALL = { timeout: 30_000 };
 
 async function serve(t, extraArgs) {
-  const server = await startServer({ testTools: false, extraArgs });
-  await server.client.listTools();  // the SDK checks structuredContent against these schemas from now on
-  t.after(() => server.close());
+  const server = await serveListed(t, { extraArgs });
   return server;
 }
 

@@ -8,15 +8,13 @@
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { startServer, tail, sleep } from './helpers.mjs';
+import { serveListed, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL = { timeout: 60_000 };
 
 async function serve(t, extraArgs = []) {
-  const server = await startServer({ testTools: false, extraArgs });
-  await server.client.listTools();  // the SDK checks structuredContent against the output schemas from here on
-  t.after(() => server.close());
+  const server = await serveListed(t, { extraArgs });
   const raw = (name, args = {}) => server.client.callTool({ name, arguments: args }, undefined, CALL);
   const c = async (name, args = {}) => {
     const r = await raw(name, args);

@@ -3,7 +3,7 @@
 // message in both directions so tests can assert on the wire, not only on
 // what the SDK chooses to surface.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, accessSync, constants } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, accessSync, chmodSync, constants } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -150,6 +150,42 @@ export async function startServer({ testTools = true, extraArgs = [], clientName
       } finally {
         state.cleanup();
       }
+    },
+  };
+}
+
+/**
+ * startServer without the test tools, then listTools: the SDK checks every
+ * structuredContent against the output schemas from then on, as hosts do.
+ * Closed after the test, unless it runs on the caller's stateDir (sharedState
+ * closes those).
+ */
+export async function serveListed(t, { extraArgs = [], stateDir } = {}) {
+  const server = await startServer({ testTools: false, extraArgs, stateDir });
+  if (!stateDir) t.after(() => server.close());
+  await server.client.listTools();
+  return server;
+}
+
+/**
+ * A state directory for servers run one after another (a restart), 0711 so a
+ * root server's sandboxes reach their directories; removed after they all
+ * closed. serve() starts the next server on it with serveListed.
+ */
+export function sharedState(t, { prefix = 'agentbox-shared-', extraArgs = [] } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  chmodSync(dir, 0o711);
+  const servers = [];
+  t.after(async () => {
+    for (const s of servers) await s.close();  // as root their sandboxes' filesystems stay mounted until then
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    dir,
+    serve: async () => {
+      const s = await serveListed(t, { extraArgs, stateDir: dir });
+      servers.push(s);
+      return s;
     },
   };
 }

@@ -9,34 +9,16 @@
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, chmodSync } from 'node:fs';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
-import { startServer, tail, sleep } from './helpers.mjs';
+import { serveListed, sharedState as sharedStateOf, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 150_000 }, fn);
 const CALL = { timeout: 30_000 };
 const ARGS = ['--idle-timeout', '2s', '--background-keepalive', '0s'];
 
-async function serve(t, stateDir) {
-  const server = await startServer({ testTools: false, extraArgs: ARGS, stateDir });
-  await server.client.listTools();  // output schemas are enforced from here on
-  if (!stateDir) t.after(() => server.close());
-  return server;
-}
-
-function sharedState(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'agentbox-ports-'));
-  chmodSync(dir, 0o711);
-  const servers = [];
-  t.after(async () => {
-    for (const s of servers) await s.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return { serve: async () => { const s = await serve(t, dir); servers.push(s); return s; } };
-}
+const serve = (t) => serveListed(t, { extraArgs: ARGS });
+const sharedState = (t) => sharedStateOf(t, { prefix: 'agentbox-ports-', extraArgs: ARGS });
 
 async function call(server, name, args = {}) {
   const r = await server.client.callTool({ name, arguments: args }, undefined, CALL).catch((err) => {

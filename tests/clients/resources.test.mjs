@@ -9,15 +9,13 @@ import assert from 'node:assert/strict';
 
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
-import { startServer, tail, sleep } from './helpers.mjs';
+import { serveListed, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL = { timeout: 60_000 };
 
 async function serve(t, extraArgs = []) {
-  const server = await startServer({ testTools: false, extraArgs });
-  await server.client.listTools();
-  t.after(() => server.close());
+  const server = await serveListed(t, { extraArgs });
   const call = async (name, args = {}) => {
     const r = await server.client.callTool({ name, arguments: args }, undefined, CALL);
     assert.ok(!r.isError, `${name} ${JSON.stringify(args)}: ${r.content?.[0]?.text}\n${tail(server.stderr())}`);

@@ -7,11 +7,8 @@
 // sandbox damaged starts nothing and says why.
 import { describe, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, chmodSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
-import { startServer, tail, sleep } from './helpers.mjs';
+import { serveListed, sharedState as sharedStateOf, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL = { timeout: 30_000 };
@@ -19,24 +16,8 @@ const PORT = 18123;
 // Two seconds idle before a teardown: the calls of one step come faster than that.
 const ARGS = ['--idle-timeout', '2s', '--background-keepalive', '0s'];
 
-async function serve(t, stateDir) {
-  const server = await startServer({ testTools: false, extraArgs: ARGS, stateDir });
-  await server.client.listTools();  // the SDK checks structuredContent against these schemas from now on
-  if (!stateDir) t.after(() => server.close());
-  return server;
-}
-
-/** A state directory for servers run one after another; removed after they all closed. */
-function sharedState(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'agentbox-services-'));
-  chmodSync(dir, 0o711);
-  const servers = [];
-  t.after(async () => {
-    for (const s of servers) await s.close();  // as root their sandboxes' filesystems stay mounted until then
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return { dir, serve: async () => { const s = await serve(t, dir); servers.push(s); return s; } };
-}
+const serve = (t) => serveListed(t, { extraArgs: ARGS });
+const sharedState = (t) => sharedStateOf(t, { prefix: 'agentbox-services-', extraArgs: ARGS });
 
 async function call(server, name, args = {}) {
   const r = await server.client.callTool({ name, arguments: args }, undefined, CALL);

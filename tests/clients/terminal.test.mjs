@@ -15,15 +15,13 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 
-import { AGENTBOX_BIN, PACKAGE_DIR, startServer, tail, sleep, tempDir } from './helpers.mjs';
+import { AGENTBOX_BIN, PACKAGE_DIR, serveListed, tail, sleep, tempDir } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL = { timeout: 60_000 };
 
 async function serve(t, extraArgs = []) {
-  const server = await startServer({ testTools: false, extraArgs });
-  await server.client.listTools();  // the SDK checks structuredContent against the output schemas from here on
-  t.after(() => server.close());
+  const server = await serveListed(t, { extraArgs });
   return server;
 }
 
