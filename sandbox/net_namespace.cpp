@@ -62,6 +62,19 @@ struct Report {
   Report& operator=(const Report&) = delete;
 };
 
+// An unconnected stream socket for the host to connect to a port with: an
+// IPv6 one that reaches IPv4 addresses too where the namespace has IPv6,
+// else IPv4; -1 with errno. System calls only: the helper child uses it.
+int relay_socket() {
+  int sock = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock >= 0) {
+    int zero = 0;
+    setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    return sock;
+  }
+  return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+}
+
 // Between fork and _exit: system calls only (the server is multithreaded).
 // port != 0: one socket listening on 127.0.0.1:port; port 0: `count`
 // unconnected stream sockets (IPv6 and dual-stack where the box has IPv6,
@@ -78,16 +91,8 @@ struct Report {
   if (setns(net_fd, CLONE_NEWNET) != 0) fail_step(kJoinNet);
   int socks[kMaxSockets];
   if (port == 0) {
-    for (std::size_t i = 0; i < count; ++i) {
-      socks[i] = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (socks[i] >= 0) {
-        int zero = 0;
-        setsockopt(socks[i], IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-      } else {
-        socks[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      }
-      if (socks[i] < 0) fail_step(kSocket);
-    }
+    for (std::size_t i = 0; i < count; ++i)
+      if ((socks[i] = relay_socket()) < 0) fail_step(kSocket);
   } else {
     count = 1;
     socks[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -146,13 +151,7 @@ std::vector<os::UniqueFd> made_inside(pid_t inside, std::uint16_t port, std::siz
     // The box has the host's network: sockets made here reach it alike.
     std::vector<os::UniqueFd> made;
     for (std::size_t i = 0; i < count; ++i) {
-      os::UniqueFd sock(socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      if (sock) {
-        int zero = 0;
-        setsockopt(sock.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-      } else {
-        sock = os::UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      }
+      os::UniqueFd sock(relay_socket());
       if (!sock) fail(purpose, "making a socket", errno);
       made.push_back(std::move(sock));
     }

@@ -190,16 +190,26 @@ std::optional<bool> ExposedPorts::probe(const std::string& conversation, int por
   if (!lease) return std::nullopt;
   auto sandbox = lease->sandbox().id();
   try {
-    os::UniqueFd fd = take_socket(sandbox, *lease);
-    int err = connect_loopback(fd.get(), port, false);
-    if (err == ECONNREFUSED) {
-      fd = take_socket(sandbox, *lease);
-      err = connect_loopback(fd.get(), port, true);
-    }
-    return err == 0;
+    os::UniqueFd fd;
+    return connect_inside(sandbox, *lease, port, fd) == 0;
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+int ExposedPorts::connect_inside(const std::string& sandbox, Lease& lease, int port, os::UniqueFd& connected) {
+  int err = 0;
+  for (bool v6 : {false, true}) {
+    os::UniqueFd fd = take_socket(sandbox, lease);
+    err = connect_loopback(fd.get(), port, v6);
+    if (err == 0) {
+      connected = std::move(fd);
+      return 0;
+    }
+    if (err == EAFNOSUPPORT) return ECONNREFUSED;  // an IPv4-only box has no ::1 to try
+    if (err != ECONNREFUSED) return err;
+  }
+  return err;
 }
 
 os::UniqueFd ExposedPorts::take_socket(const std::string& sandbox, Lease& lease) {
@@ -264,23 +274,16 @@ network::RelayTarget ExposedPorts::connect(const std::string& conversation, int 
   int err = 0;
   for (;;) {
     try {
-      for (bool v6 : {false, true}) {
-        os::UniqueFd fd = take_socket(sandbox, *lease);
-        err = connect_loopback(fd.get(), port, v6);
-        if (err == 0) {
-          target.socket = std::move(fd);
-          return target;
-        }
-        if (err != ECONNREFUSED && err != EAFNOSUPPORT) break;
-      }
+      err = connect_inside(sandbox, *lease, port, target.socket);
     } catch (const std::exception& e) {
       target.refusal = "agentbox: cannot reach " + where + ": " + e.what();
       return target;
     }
-    if (Clock::now() >= deadline || (err != ECONNREFUSED && err != EAFNOSUPPORT)) break;
+    if (err == 0) return target;
+    if (err != ECONNREFUSED || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (err == ECONNREFUSED || err == EAFNOSUPPORT)
+  if (err == ECONNREFUSED)
     target.refusal = "agentbox: nothing listens on " + where +
                      " inside its sandbox (connection refused there). Start the server in the sandbox, "
                      "listening on 127.0.0.1, ::1 or all addresses at port " + std::to_string(port) + ".";

@@ -73,6 +73,10 @@ class ExposedPorts {
   network::RelayTarget connect(const std::string& conversation, int port);
   std::optional<network::RelayTarget> quick(const std::string& conversation, int port);
   os::UniqueFd take_socket(const std::string& sandbox, Lease& lease);
+  // Connects a socket made in the box to its 127.0.0.1:port, then ::1 when
+  // refused: 0 with `connected` set, or the errno (ECONNREFUSED: nothing
+  // listens). Throws SandboxError when no socket can be made.
+  int connect_inside(const std::string& sandbox, Lease& lease, int port, os::UniqueFd& connected);
   std::optional<bool> probe(const std::string& conversation, int port);
   ExposedPort describe(const std::string& conversation, int port, int host_port, const std::string& address);
   std::string open_listener(const std::string& conversation, int port, int host_port, const std::string& address,
