@@ -101,6 +101,7 @@ std::shared_ptr<ManagedSandbox> ManagerImpl::entry(const std::string& conversati
     // catalog; start_agent waits for the agent's hello.
     claimed->box->release();
     claimed->claimed = true;
+    sandbox->dirs_.owner = claimed->dirs.owner;  // its files are already the spare's host ids
     sandbox->lock_ = std::move(claimed->lock);
     sandbox->prepared_ = std::move(claimed);
   }

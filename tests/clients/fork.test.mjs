@@ -29,8 +29,13 @@ async function call(server, name, args = {}) {
   return r.structuredContent;
 }
 
-const stdout = async (server, command, conversation) =>
-  (await call(server, 'exec', conversation ? { command, conversation } : { command })).stdout;
+// Every command here must succeed: a write refused in a fork (its files
+// owned by ids the box does not map) once showed only as stale output.
+async function stdout(server, command, conversation) {
+  const r = await call(server, 'exec', conversation ? { command, conversation } : { command });
+  assert.equal(r.exit_code, 0, `${command} in ${conversation ?? 'default'}: ${r.stderr}`);
+  return r.stdout;
+}
 
 test('forks made now start from the workspace and session and stay apart', async (t) => {
   const server = await serve(t);

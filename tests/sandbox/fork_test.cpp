@@ -8,6 +8,7 @@
 #include "persistence/catalog.h"
 
 #include <functional>
+#include <thread>
 
 #include <csignal>
 #include <sys/stat.h>
@@ -186,6 +187,34 @@ TEST_CASE("a fork made now clones the box's disk: same files, sessions and /tmp,
   // Its idle teardown and restore work as for any sandbox (its first snapshot is complete).
   REQUIRE(f.manager->teardown("grandchild"));
   CHECK(out(f, "cat /workspace/d/*; md5sum /workspace/big | cut -c1-32", "grandchild") == "fork\nnew\n" + sum);
+}
+
+// What a server runs with by default: the first call of a conversation
+// claims the spare made ready ahead. Its disk's ids must go with the clones
+// as for a box started on the call (a fork once saw its files as nobody's and
+// could not write them).
+TEST_CASE("a fork of a box that started from a spare can write the files it inherited") {
+  for (auto kind : {ManagerOptions::Spare::Prepared, ManagerOptions::Spare::Warm}) {
+    ManagerOptions o = fork_options();
+    o.spare = kind;
+    SandboxFixture f(o);
+    bool clones = expect_clones(f);
+    std::string ready = kind == ManagerOptions::Spare::Warm ? "warm" : "prepared";
+    for (int i = 0; i < 200 && f.manager->spare_state() != ready; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    INFO("spare " << ready);
+    REQUIRE(f.manager->spare_state() == ready);
+    f.exec("mkdir /workspace/d && echo one > /workspace/d/a", {}, "source");
+    auto made = f.manager->fork("source", "", "", 1);
+    CHECK(made.cloned == clones);
+    const std::string& fork = made.forks.at(0).conversation;
+    auto wrote = f.exec("echo two > /workspace/d/a && echo new > /workspace/d/b && stat -c %U /workspace/d/a", {}, fork);
+    INFO(wrote.dump());
+    CHECK(wrote["exit_code"] == 0);
+    CHECK(wrote["stdout"] == "user\n");
+    CHECK(out(f, "cat /workspace/d/*", fork) == "two\nnew\n");
+    CHECK(out(f, "cat /workspace/d/*", "source") == "one\n");
+  }
 }
 
 namespace {
