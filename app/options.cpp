@@ -1,5 +1,7 @@
 #include "app/options.h"
 
+#include "persistence/s3_store.h"
+
 #include "sandbox/uid_range.h"
 #include "sandbox/disk.h"
 
@@ -76,6 +78,10 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
        "(default: 10% of the state filesystem's free space; 0 = none, every restore extracts its archive)")
       ("snapshot-timeout", po::value(&snapshot_timeout),
        "a snapshot or restore still running after this is stopped and fails; the workspace is kept (default 10m)")
+      ("snapshot-store", po::value(&out.snapshot_store),
+       "s3://bucket/prefix: every snapshot is copied to this S3-compatible store too, and a conversation this "
+       "server does not know is restored from it (endpoint and keys from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+       "AWS_SECRET_ACCESS_KEY, AWS_REGION; docs/scale-out.md)")
       ("network", po::value(&network),
        "none (loopback only, default), host (the host's network), or proxy (out only through the server's proxy, "
        "under --network-policy)")
@@ -149,6 +155,14 @@ std::optional<ServeOptions> parse_serve_options(const std::vector<std::string>& 
     if (inet_pton(AF_INET, out.expose_address.c_str(), address) != 1 &&
         inet_pton(AF_INET6, out.expose_address.c_str(), address) != 1)
       throw std::invalid_argument("--expose-address must be an IPv4 or IPv6 address, not '" + out.expose_address + "'");
+  }
+  if (!out.snapshot_store.empty()) {
+    persistence::StoreLocation where;
+    if (std::string why = persistence::parse_store_url(out.snapshot_store, where); !why.empty())
+      throw std::invalid_argument(why);
+    for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"})
+      if (const char* v = std::getenv(name); !v || !*v)
+        throw std::invalid_argument(std::string("--snapshot-store needs ") + name + " in the environment");
   }
   if (!conversation.empty()) out.conversation = conversation;
   if (out.max_line_bytes < 1024) throw std::invalid_argument("--max-line-bytes must be at least 1024");

@@ -22,6 +22,7 @@ struct ServeOptions {
   std::size_t snapshot_chain = 16;  // incremental snapshots per chain (1: all complete)
   std::chrono::milliseconds checkpoint_interval{15 * 60 * 1000};  // a busy sandbox's snapshot at most this old; 0 = never
   std::chrono::milliseconds snapshot_timeout{10 * 60 * 1000};  // one snapshot or restore at most
+  std::string snapshot_store;  // s3://bucket/prefix: snapshots copied there too (docs/scale-out.md)
   std::optional<std::uint64_t> warm_cache;  // bytes of stopped workspaces kept ready; none: 10% of free space
   std::string network = "none";  // none | host | proxy
   std::string network_policy;    // --network proxy: the policy file

@@ -87,6 +87,7 @@ int serve(const std::vector<std::string>& args) {
   sandbox_options.checkpoint_interval = options->checkpoint_interval;
   sandbox_options.warm_cache = options->warm_cache;
   sandbox_options.snapshot_timeout = options->snapshot_timeout;
+  sandbox_options.snapshot_store = options->snapshot_store;
   sandbox_options.agent_args.insert(sandbox_options.agent_args.end(),
                                     {"--shell-idle-ms", std::to_string(options->shell_idle.count())});
   if (options->cpus) sandbox_options.limits.cpus = *options->cpus;

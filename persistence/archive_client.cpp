@@ -13,6 +13,7 @@
 // archive or a .restore-* directory, which recovery removes as before.
 #include "os/errno_text.h"
 #include "persistence/archive.h"
+#include "persistence/s3_store.h"
 #include "persistence/child_lines.h"
 #include "persistence/tree_fs.h"
 
@@ -259,5 +260,9 @@ WriteResult merge_archives(const Layer& parent, const Layer& child, const std::s
 ExtractResult verify_archive(const fs::path& archive) { return parse_extract(run_helper({"verify", archive.string()}, {})); }
 
 std::string file_digest(const fs::path& file) { return run_helper({"digest", file.string()}, {}); }
+
+std::string run_archive_helper(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+  return run_helper(args, {}, timeout);
+}
 
 }  // namespace agentbox::persistence

@@ -8,6 +8,8 @@
 //   agentbox-archive merge   TEMP LEVEL THREADS NEW_PARENT ARCHIVE DIGEST ID ARCHIVE DIGEST ID
 //   agentbox-archive verify  ARCHIVE
 //   agentbox-archive digest  FILE
+//   agentbox-archive s3 put|get|delete|check BUCKET [KEY [FILE [MAX_BYTES]]]
+//                    (the snapshot store: s3_transfer.h; AWS_* from the environment)
 //
 // "-" stands for an empty value (no parent, no baseline, no owner, no digest).
 //
@@ -16,6 +18,7 @@
 // The caller sets PR_SET_PDEATHSIG before exec: a server killed with -9
 // takes its helper (and the helper's extracting child) with it.
 #include "persistence/archive_local.h"
+#include "persistence/s3_transfer.h"
 
 #include <cerrno>
 #include <csignal>
@@ -23,6 +26,7 @@
 #include <sched.h>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <unistd.h>
 
@@ -89,8 +93,31 @@ std::uint64_t parse_u64(const char* s) {
 }
 
 int usage() {
-  say("ERR usage: agentbox-archive write|extract|merge|verify|digest ... (run by agentbox, not by hand)");
+  say("ERR usage: agentbox-archive write|extract|merge|verify|digest|s3 ... (run by agentbox, not by hand)");
   return 2;
+}
+
+// Transfers for the snapshot store. get says "OK found <digest> <bytes>" or
+// "OK missing".
+int store(int argc, char** argv) {
+  s3::Endpoint endpoint;
+  if (std::string why = s3::endpoint_from_env(endpoint); !why.empty()) throw std::runtime_error(why);
+  std::string op = argv[2], bucket = argv[3];
+  if (op == "check" && argc == 4) {
+    s3::check_bucket(endpoint, bucket);
+  } else if (op == "put" && argc == 6) {
+    s3::put_file(endpoint, bucket, argv[4], argv[5]);
+  } else if (op == "delete" && argc == 5) {
+    s3::remove(endpoint, bucket, argv[4]);
+  } else if (op == "get" && argc == 7) {
+    auto got = s3::get_file(endpoint, bucket, argv[4], argv[5], parse_u64(argv[6]));
+    say(got.found ? "OK found " + got.digest + " " + num(got.bytes) : std::string("OK missing"));
+    return 0;
+  } else {
+    return usage();
+  }
+  say("OK");
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -150,6 +177,7 @@ int run(int argc, char** argv) {
     say("OK " + local::file_digest(argv[2]));
     return 0;
   }
+  if (cmd == "s3" && argc >= 4) return store(argc, argv);
   return usage();
 }
 

@@ -122,6 +122,17 @@ constexpr const char* kMigrations[] = {
         code TEXT NOT NULL,
         PRIMARY KEY (sandbox_id, context_id, seq));
     )sql",
+    // 9: the snapshot store (s3_store.h): destroyed conversations whose
+    // manifest and archives in the store are still to be deleted (a store
+    // that was down at the destroy), so a later first call never brings a
+    // destroyed conversation back.
+    R"sql(
+      CREATE TABLE store_erasures (
+        conversation_id TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, sandbox_id));
+    )sql",
 };
 static_assert(std::size(kMigrations) == Catalog::kSchemaVersion);
 

@@ -149,7 +149,7 @@ std::string iso_time(std::int64_t seconds, long nanoseconds);
 
 class Catalog {
  public:
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
 
   explicit Catalog(const std::filesystem::path& file);
   ~Catalog();
@@ -284,6 +284,18 @@ class Catalog {
   bool add_code_cell(const std::string& sandbox, const std::string& id, const std::string& code);
   std::vector<std::string> code_cells(const std::string& sandbox, const std::string& id);
   bool remove_code_context(const std::string& sandbox, const std::string& id);
+
+  // The snapshot store (catalog_store.cpp, s3_store.h). add_imported: in one
+  // transaction a sandbox brought from the store for `conversation`, Stopped
+  // (its first call restores the latest of `snapshots`, complete rows whose
+  // files are in place) or None (destroyed keeping its snapshots), and its sessions; false (nothing written) when the
+  // conversation or the sandbox id exists already. Erasures: destroyed
+  // conversations whose copies in the store are still to be deleted.
+  bool add_imported(const std::string& conversation, const std::string& sandbox, SandboxState state,
+                    const std::vector<SnapshotRecord>& snapshots, const std::vector<SessionRecord>& sessions);
+  void add_store_erasure(const std::string& conversation, const std::string& sandbox);
+  std::vector<std::pair<std::string, std::string>> store_erasures();  // (conversation, sandbox)
+  void remove_store_erasure(const std::string& conversation, const std::string& sandbox);
 
  private:
   void drop_code_contexts(const std::string& sandbox);  // inside a transaction

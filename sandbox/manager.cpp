@@ -87,6 +87,7 @@ ManagerImpl::ManagerImpl(ManagerOptions options) : options_(std::move(options)) 
   make_state_subdir(options_.state_dir / "locks", 0700);
   driver_ = make_driver(options_, layout_, describe(uid_range_));  // its storage is up before recovery reads it
   open_catalog();
+  open_store();
   resolve_warm_budget();
   evict_warm();  // a smaller bound than the last server's
   driver_->remove_stale();
@@ -113,6 +114,7 @@ std::size_t ManagerImpl::running() const {
 }
 
 Lease ManagerImpl::acquire(const std::string& conversation, const ProgressFn& progress) {
+  bring_from_store(conversation);
   auto sandbox = entry(conversation, /*claim_spare=*/true);
   std::lock_guard life(sandbox->lifecycle_);
   std::string notice;

@@ -20,6 +20,7 @@
 #include "network/proxy.h"
 #include "os/unique_fd.h"
 #include "persistence/catalog.h"
+#include "persistence/replicator.h"
 #include "persistence/store.h"
 
 #include "sandbox/agent_client.h"
@@ -80,6 +81,10 @@ struct ManagerOptions {
   // together they take more than this; 0 keeps none. None: 10% of the
   // state filesystem's free space when the manager starts.
   std::optional<std::uint64_t> warm_cache;
+  // `serve --snapshot-store s3://bucket/prefix` (docs/scale-out.md): every
+  // complete snapshot is copied there too, and a conversation this server
+  // has no sandbox for is looked up there first. Empty: the state directory only.
+  std::string snapshot_store;
   // A snapshot or restore still running after this is stopped and fails.
   std::chrono::milliseconds snapshot_timeout = persistence::kDefaultArchiveTimeout;
   // How long a call waits for a sandbox another server drives.
@@ -217,6 +222,9 @@ class Manager {
   SnapshotInfo restore(const std::string& conversation, const std::string& snapshot_id,
                        const ProgressFn& progress = {});
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation);
+  // How the snapshot store holds this conversation's snapshots; none without
+  // --snapshot-store, or for a conversation without a sandbox.
+  std::optional<persistence::StoreStatus> store_status(const std::string& conversation);
   // The catalog's view of a conversation's sandbox (none if it never had one).
   std::optional<persistence::SandboxRecord> record(const std::string& conversation);
   // Idle teardown now, whatever the timer says (tests, the idle thread).

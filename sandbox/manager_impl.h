@@ -72,6 +72,7 @@ class ManagerImpl {
   ForkResult fork(const std::string& conversation, const std::string& snapshot_id, const std::string& to_conversation,
                   int count, const ProgressFn& progress);
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation);
+  std::optional<persistence::StoreStatus> store_status(const std::string& conversation);
   // fork() made now where the driver clones storage (manager_fork.cpp).
   ForkResult fork_by_clone(const std::string& conversation, const std::vector<ForkInfo>& names,
                            const ProgressFn& progress);
@@ -126,6 +127,10 @@ class ManagerImpl {
   std::optional<std::string> idle_step(const std::shared_ptr<ManagedSandbox>& sandbox,
                                        std::chrono::steady_clock::time_point last_used);
   void open_catalog();
+  // The snapshot store (manager_store.cpp): started with the catalog; a
+  // conversation this server has no sandbox for is imported from it first.
+  void open_store();
+  void bring_from_store(const std::string& conversation);
   // Drops the least recently parked warm copies until the rest fit
   // warm_budget_ (manager_warm.cpp); copies of sandboxes another server
   // drives are left. Logs what it drops; throws nothing.
@@ -158,6 +163,8 @@ class ManagerImpl {
   // Sandboxes whose idle teardown failed (a full disk): not retried before then.
   std::map<std::string, std::chrono::steady_clock::time_point> idle_backoff_;  // guarded by idle_mutex_
   std::thread idle_thread_;
+  std::unique_ptr<persistence::Replicator> replicator_;  // none without --snapshot-store
+  std::mutex import_mutex_;                              // one import from the store at a time
   std::unique_ptr<SparePool> spares_;  // last member: its thread builds with the ones above
 };
 

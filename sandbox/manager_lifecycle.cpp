@@ -527,6 +527,7 @@ bool ManagerImpl::destroy(const std::string& conversation, bool keep_snapshots) 
     throw state_error(e, codes::kIoError, "could not destroy the sandbox");
   }
   if (options_.proxy) options_.proxy->forget(sandbox->id());  // its denials go with it
+  if (replicator_ && !keep_snapshots) replicator_->forget(conversation, sandbox->id());
   {
     std::lock_guard lock(mutex_);
     sandboxes_.erase(conversation);
@@ -542,6 +543,7 @@ void ManagerImpl::shutdown() {
   }
   idle_wake_.notify_all();
   if (idle_thread_.joinable() && idle_thread_.get_id() != std::this_thread::get_id()) idle_thread_.join();
+  if (replicator_) replicator_->stop();  // what is not in the store yet goes at the next start
   spares_->stop();  // an unclaimed spare leaves nothing behind
   std::map<std::string, std::shared_ptr<ManagedSandbox>> all;
   {

@@ -88,6 +88,10 @@ std::vector<persistence::SnapshotRecord> ManagerSandboxes::snapshots(const std::
   return manager_->snapshots(conversation);
 }
 
+std::optional<persistence::StoreStatus> ManagerSandboxes::store_status(const std::string& conversation) {
+  return manager_->store_status(conversation);
+}
+
 SnapshotDone ManagerSandboxes::snapshot(const std::string& conversation, const std::string& label,
                                         const ProgressFn& progress) {
   return done(manager_->snapshot(conversation, label, progress));

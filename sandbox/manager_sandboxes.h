@@ -20,6 +20,7 @@ class ManagerSandboxes : public Sandboxes {
   std::shared_ptr<AgentClient> running_agent(const std::string& conversation) override;
   SandboxView status(const std::string& conversation) override;
   std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation) override;
+  std::optional<persistence::StoreStatus> store_status(const std::string& conversation) override;
   SnapshotDone snapshot(const std::string& conversation, const std::string& label, const ProgressFn& progress) override;
   Forked fork(const std::string& conversation, const std::string& snapshot_id, const std::string& to_conversation,
               int count, const ProgressFn& progress) override;

@@ -9,6 +9,7 @@
 
 #include "network/proxy.h"
 #include "persistence/catalog.h"
+#include "persistence/replicator.h"
 
 #include "sandbox/agent_client.h"
 #include "sandbox/disk.h"
@@ -134,6 +135,8 @@ class Sandboxes {
   virtual SandboxView status(const std::string& conversation) = 0;
   // Newest first.
   virtual std::vector<persistence::SnapshotRecord> snapshots(const std::string& conversation) = 0;
+  // The snapshot store's copy (--snapshot-store); none without one.
+  virtual std::optional<persistence::StoreStatus> store_status(const std::string&) { return std::nullopt; }
   // Snapshots the workspace and home (starting the sandbox if needed).
   virtual SnapshotDone snapshot(const std::string& conversation, const std::string& label,
                                 const ProgressFn& progress) = 0;

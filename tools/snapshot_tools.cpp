@@ -75,6 +75,13 @@ void register_snapshot_tools(Registry& registry, const Services& services) {
               "  " + std::to_string(s.value("files", 0)) + " entries  " + label;
     }
     json out = {{"snapshots", list}};
+    if (auto store = sandboxes->store_status(context->conversation())) {
+      out["store"] = {{"url", store->url}, {"state", store->state}, {"pending", store->pending}};
+      if (!store->error.empty()) out["store"]["error"] = store->error;
+      text += "\nsnapshot store " + store->url + ": " + store->state +
+              (store->pending ? " (" + std::to_string(store->pending) + " not there yet)" : "") +
+              (store->error.empty() ? "" : ": " + store->error);
+    }
     if (!next.empty()) {
       out["truncated"] = true;
       out["next_cursor"] = next;

