@@ -8,16 +8,20 @@
 // (the store back) catch up; an archive changed in the store is refused as
 // SNAPSHOT_CORRUPT; sandbox_destroy empties the store of the conversation; a
 // store nobody answers at is a tool error for a new conversation, never a
-// silently empty sandbox; no store, no store object.
+// silently empty sandbox; a manifest that does not check is refused and
+// writes nothing; no store, no store object.
 import { after, test as baseTest } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, readdirSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, readdirSync, rmSync, statSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { startS3, startServer, tail, sleep } from './helpers.mjs';
+import { execFileSync } from 'node:child_process';
+import { dirname } from 'node:path';
+
+import { AGENTBOX_BIN, startS3, startServer, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL = { timeout: 60_000 };  // a first call restores from the store: 20 MB down and unpacked
@@ -339,4 +343,49 @@ test('without --snapshot-store snapshot_list has no store object', async (t) => 
   const listed = await call(server, 'snapshot_list', { conversation: 'plain' });
   assert.equal(listed.snapshots.length >= 1, true);
   assert.equal('store' in listed, false, JSON.stringify(listed));
+});
+
+test('a manifest in the store is untrusted: each bad one is refused, naming why, and nothing is written', async (t) => {
+  const s3 = await sharedS3();
+  const { serve, dir } = scope(t);
+  const prefix = 'hostile';
+  const scratch = dir('agentbox-hostile-');
+  // Written with the snapshot helper's own signed PUT (s3_transfer.h).
+  const put = (key, text) => {
+    const file = join(scratch, 'body');
+    writeFileSync(file, text);
+    execFileSync(join(dirname(AGENTBOX_BIN), 'agentbox-archive'), ['s3', 'put', s3.bucket, key, file], {
+      env: { ...process.env, ...s3.env() },
+    });
+  };
+  const snap = (over = {}) => ({
+    id: 'snap-0123456789ab', parent: '', digest: `sha256:${'0'.repeat(64)}`, file: 'snap-0123456789ab.tar.zst',
+    bytes: 10, files: 1, created_at: '2026-12-07T00:00:00Z', label: '', reason: 'manual', ...over,
+  });
+  const manifest = (conversation, over = {}, snaps = [snap()]) => JSON.stringify({
+    format: 'agentbox-store-manifest 1', conversation, sandbox: '0123456789ab', snapshots: snaps, sessions: [], ...over,
+  });
+  const cases = {
+    'not-json': () => '{"format": ',
+    'other-conversation': (c) => manifest(`${c}-other`),
+    'sandbox-path': (c) => manifest(c, { sandbox: '../../../tmp' }),
+    'file-path': (c) => manifest(c, {}, [snap({ file: '../../../../tmp/agentbox-hostile.tar.zst' })]),
+    'reason': (c) => manifest(c, {}, [snap({ reason: 'x'.repeat(10) })]),
+    'parent-missing': (c) => manifest(c, {}, [snap({ parent: 'snap-ba9876543210' })]),
+    'bytes-string': (c) => manifest(c, {}, [snap({ bytes: '10' })]),
+    'session-no-name': (c) => manifest(c, { sessions: [{ name: '', cwd: '/', state: '' }] }),
+  };
+  for (const [name, make] of Object.entries(cases)) put(manifestKey(prefix, `h-${name}`), make(`h-${name}`));
+  const state = dir('agentbox-hostile-state-');
+  const server = await serve({ prefix, env: s3.env(), stateDir: state });
+  for (const name of Object.keys(cases)) {
+    const r = await callFails(server, 'exec', { command: 'true', conversation: `h-${name}` });
+    const text = r.content?.[0]?.text ?? '';
+    assert.match(text, /manifest for conversation 'h-[a-z-]+' cannot be used/, `${name}: ${text}`);
+    assert.equal(r._meta?.['agentbox/error']?.code, 'SNAPSHOT_CORRUPT', `${name}: ${text}`);
+  }
+  assert.equal(existsSync('/tmp/agentbox-hostile.tar.zst'), false);
+  assert.deepEqual(readdirSync(join(state, 'snapshots')), [], 'no sandbox was brought in');
+  // The server is fine after all that: a conversation the store does not know starts.
+  assert.equal(await stdout(server, 'echo fine', 'h-new'), 'fine\n');
 });
