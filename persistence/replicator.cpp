@@ -16,8 +16,11 @@ std::vector<SnapshotRecord> complete_rows(Catalog& catalog, const std::string& s
   return rows;
 }
 
+// What the manifest is written from (RemoteStore::sync): the conversation,
+// whether it was cleared, and the snapshots. Not the state itself: a restore
+// (stopped, then active) changes nothing the store holds.
 std::string fingerprint(const SandboxRecord& sandbox, const std::vector<SnapshotRecord>& rows) {
-  std::string out = sandbox.conversation + "\n" + std::string(state_name(sandbox.state)) + "\n";
+  std::string out = sandbox.conversation + "\n" + (sandbox.state == SandboxState::None ? "cleared" : "") + "\n";
   for (const auto& r : rows) out += r.id + " " + r.digest + " " + r.path + "\n";
   return out;
 }

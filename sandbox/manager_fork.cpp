@@ -113,7 +113,6 @@ ForkResult ManagerImpl::fork_by_clone(const std::string& conversation, const std
   };
   std::vector<std::filesystem::path> roots;
   for (const auto& fork : names) roots.push_back(layout_.sandbox(fork.sandbox));
-  owner(source);  // the disk's ids, which its clones keep (disk_owner.h), whichever way the box started
   save_sessions(source, std::chrono::seconds(2));  // the shells answer before they are frozen
   auto sessions = catalog_->sessions(source.id());
   ForkResult result;

@@ -2,6 +2,7 @@
 // state directories, and an SDK client whose transport keeps a log of every
 // message in both directions so tests can assert on the wire, not only on
 // what the SDK chooses to surface.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, accessSync, chmodSync, constants } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -191,6 +192,20 @@ export function sharedState(t, { prefix = 'agentbox-shared-', extraArgs = [] } =
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * tools/call that must succeed (not isError): its structuredContent. A
+ * protocol error or a failed call says which call it was and ends with the
+ * server's stderr.
+ */
+export async function callOk(server, name, args = {}, { timeout = 60_000 } = {}) {
+  const r = await server.client.callTool({ name, arguments: args }, undefined, { timeout }).catch((err) => {
+    err.message += `\n${name} ${JSON.stringify(args)}\n${tail(server.stderr())}`;
+    throw err;
+  });
+  assert.ok(!r.isError, `${name} ${JSON.stringify(args)}: ${r.content?.[0]?.text}\n${tail(server.stderr())}`);
+  return r.structuredContent;
+}
 
 /** Last lines of the server's stderr, for assertion messages. */
 export function tail(text, lines = 30) {

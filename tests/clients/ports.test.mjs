@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 
-import { serveListed, sharedState as sharedStateOf, tail, sleep } from './helpers.mjs';
+import { callOk, serveListed, sharedState as sharedStateOf, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 150_000 }, fn);
 const CALL = { timeout: 30_000 };
@@ -20,14 +20,7 @@ const ARGS = ['--idle-timeout', '2s', '--background-keepalive', '0s'];
 const serve = (t) => serveListed(t, { extraArgs: ARGS });
 const sharedState = (t) => sharedStateOf(t, { prefix: 'agentbox-ports-', extraArgs: ARGS });
 
-async function call(server, name, args = {}) {
-  const r = await server.client.callTool({ name, arguments: args }, undefined, CALL).catch((err) => {
-    err.message += `\n${name} ${JSON.stringify(args)}\n${tail(server.stderr())}`;
-    throw err;
-  });
-  assert.ok(!r.isError, `${name} ${JSON.stringify(args)}: ${r.content?.[0]?.text}\n${tail(server.stderr())}`);
-  return r.structuredContent;
-}
+const call = (server, name, args = {}) => callOk(server, name, args, CALL);
 
 const exec = (server, command, conversation) => call(server, 'exec', { command, ...(conversation ? { conversation } : {}) });
 

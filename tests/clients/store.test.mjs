@@ -16,12 +16,11 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, readdirSync, rmSync, statSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 import { execFileSync } from 'node:child_process';
-import { dirname } from 'node:path';
 
-import { AGENTBOX_BIN, startS3, startServer, tail, sleep } from './helpers.mjs';
+import { AGENTBOX_BIN, callOk, startS3, startServer, tail, sleep } from './helpers.mjs';
 
 const test = (name, fn) => baseTest(name, { timeout: 120_000 }, fn);
 const CALL = { timeout: 60_000 };  // a first call restores from the store: 20 MB down and unpacked
@@ -80,14 +79,7 @@ function scope(t) {
 
 const storeUrl = (prefix) => `s3://${BUCKET}/${prefix}`;
 
-async function call(server, name, args = {}) {
-  const r = await server.client.callTool({ name, arguments: args }, undefined, CALL).catch((err) => {
-    err.message += `\n${name} ${JSON.stringify(args)}\n${tail(server.stderr())}`;
-    throw err;
-  });
-  assert.ok(!r.isError, `${name} ${JSON.stringify(args)}: ${r.content?.[0]?.text}\n${tail(server.stderr())}`);
-  return r.structuredContent;
-}
+const call = (server, name, args = {}) => callOk(server, name, args, CALL);
 
 /** A call expected to fail as a tool error (isError), not a protocol error. */
 async function callFails(server, name, args = {}) {
