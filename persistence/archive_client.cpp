@@ -48,7 +48,7 @@ fs::path helper_path() {
 // child has PR_SET_PDEATHSIG) and reaped, and the run fails: a box that
 // stalls the helper never holds a server thread (docs/design.md section 8).
 std::string run_helper(const std::vector<std::string>& args, const std::function<void(const char*)>& on_progress,
-                       std::chrono::milliseconds timeout = kDefaultArchiveTimeout) {
+                       std::chrono::milliseconds timeout = kDefaultArchiveTimeout, int cancel_fd = -1) {
   fs::path helper = helper_path();
   if (access(helper.c_str(), X_OK) != 0)
     throw ArchiveError("the snapshot helper " + helper.string() +
@@ -97,7 +97,11 @@ std::string run_helper(const std::vector<std::string>& args, const std::function
     final_line = read_child_lines(
         fds[0], on_progress,
         [](const std::string& line) { return line.rfind("OK", 0) == 0 || line.rfind("ERR ", 0) == 0; },
-        std::chrono::steady_clock::now() + timeout);
+        std::chrono::steady_clock::now() + timeout, cancel_fd);
+  } catch (const ChildCancelled&) {
+    kill(pid, SIGKILL);
+    reap();
+    throw ArchiveError("the snapshot helper was stopped: the server is shutting down");
   } catch (const ChildTimeout&) {
     kill(pid, SIGKILL);
     reap();
@@ -261,8 +265,9 @@ ExtractResult verify_archive(const fs::path& archive) { return parse_extract(run
 
 std::string file_digest(const fs::path& file) { return run_helper({"digest", file.string()}, {}); }
 
-std::string run_archive_helper(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
-  return run_helper(args, {}, timeout);
+std::string run_archive_helper(const std::vector<std::string>& args, std::chrono::milliseconds timeout,
+                               int cancel_fd) {
+  return run_helper(args, {}, timeout, cancel_fd);
 }
 
 }  // namespace agentbox::persistence

@@ -23,21 +23,30 @@ namespace agentbox::persistence {
 // the pipe's write end open. What on_progress throws propagates: the caller
 // kills and reaps the child. With a deadline, ChildTimeout is thrown once it
 // passes (the caller kills the child): no thread waits on a child forever.
+// With a cancel fd, ChildCancelled is thrown once it is readable (a server
+// stopping: Replicator::stop), and the caller kills the child too.
 struct ChildTimeout {};
+struct ChildCancelled {};
 
 inline std::string read_child_lines(int fd, const std::function<void(const char*)>& on_progress,
                                     const std::function<bool(const std::string&)>& is_final,
-                                    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
+                                    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+                                    int cancel_fd = -1) {
   std::string pending;
   char buf[4096];
   for (;;) {
-    if (deadline) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) throw ChildTimeout{};
-      pollfd p{fd, POLLIN, 0};
-      int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count() + 1, 60'000)));
+    if (deadline || cancel_fd >= 0) {
+      int wait_ms = 60'000;
+      if (deadline) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) throw ChildTimeout{};
+        wait_ms = static_cast<int>(std::min<long long>(left.count() + 1, wait_ms));
+      }
+      pollfd p[2] = {{fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+      int rc = ::poll(p, cancel_fd >= 0 ? 2 : 1, wait_ms);
       if (rc < 0 && errno == EINTR) continue;
-      if (rc == 0) continue;
+      if (cancel_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP))) throw ChildCancelled{};
+      if (rc == 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     }
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;

@@ -38,6 +38,7 @@ void Replicator::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  store_->cancel();  // an upload under way is killed, not waited for: the next start finishes it
   if (thread_.joinable()) thread_.join();
 }
 

@@ -2,12 +2,14 @@
 
 #include "persistence/archive.h"
 #include "persistence/sha256.h"
+#include "os/errno_text.h"
 
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
 #include <regex>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace agentbox::persistence {
@@ -150,11 +152,21 @@ std::string parse_store_url(const std::string& url, StoreLocation& out) {
 }
 
 RemoteStore::RemoteStore(StoreLocation where, const StateLayout& layout, Catalog& catalog)
-    : where_(std::move(where)), layout_(layout), catalog_(catalog) {}
+    : where_(std::move(where)), layout_(layout), catalog_(catalog) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw StoreError(os::errno_text("pipe", errno));
+  cancel_read_ = os::UniqueFd(fds[0]);
+  cancel_write_ = os::UniqueFd(fds[1]);
+}
+
+void RemoteStore::cancel() noexcept {
+  char c = 'x';
+  [[maybe_unused]] ssize_t n = ::write(cancel_write_.get(), &c, 1);  // never drained: it stays readable
+}
 
 std::string RemoteStore::helper(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
   try {
-    return run_archive_helper(args, timeout);
+    return run_archive_helper(args, timeout, cancel_read_.get());
   } catch (const std::exception& e) {
     throw StoreError(e.what());
   }

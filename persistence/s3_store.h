@@ -12,6 +12,7 @@
 // against the digest its manifest names before it gets its name.
 #pragma once
 
+#include "os/unique_fd.h"
 #include "persistence/catalog.h"
 #include "persistence/store.h"
 
@@ -61,6 +62,10 @@ class RemoteStore {
   // the store has none.
   bool import(const std::string& conversation);
 
+  // Stops the transfer under way and fails every later one at once (a
+  // server shutting down: it does not wait for the store). Thread-safe.
+  void cancel() noexcept;
+
   std::string manifest_key(const std::string& conversation) const;
   std::string object_key(const std::string& sandbox, const std::string& file) const;
 
@@ -73,10 +78,13 @@ class RemoteStore {
   StoreLocation where_;
   const StateLayout& layout_;
   Catalog& catalog_;
+  os::UniqueFd cancel_read_, cancel_write_;  // readable once cancelled: the helper is killed
 };
 
 // Runs the snapshot helper (agentbox-archive) with these arguments and
 // returns the text after its "OK"; its "ERR" message becomes an ArchiveError.
-std::string run_archive_helper(const std::vector<std::string>& args, std::chrono::milliseconds timeout);
+// A readable cancel_fd kills it and fails the run.
+std::string run_archive_helper(const std::vector<std::string>& args, std::chrono::milliseconds timeout,
+                               int cancel_fd = -1);
 
 }  // namespace agentbox::persistence

@@ -356,7 +356,11 @@ bool ManagerImpl::teardown(const std::shared_ptr<ManagedSandbox>& sandbox) {
     record_lost_processes(*sandbox);
     stop(*sandbox);
   };
-  steps.take = [&] { return driver_->export_workspace(*store_, sandbox->id(), "", "idle"); };
+  steps.take = [&] {
+    auto record = driver_->export_workspace(*store_, sandbox->id(), "", "idle");
+    if (replicator_) replicator_->nudge();
+    return record;
+  };
   steps.live_dirs = {sandbox->dirs().workspace(), sandbox->dirs().home(), sandbox->dirs().tmp()};
   steps.discard_live = [&] { return driver_->drop_storage(sandbox->dirs().root); };  // its own filesystem goes whole
   if (warm_budget_ > 0) steps.park = &driver_->parking();  // kept ready instead (evict_warm bounds the sum)

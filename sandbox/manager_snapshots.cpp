@@ -47,6 +47,7 @@ SnapshotInfo ManagerImpl::take_frozen(ManagedSandbox& sandbox, const std::string
   } catch (const std::exception& e) {
     spdlog::warn("sandbox {}: retention: {}", sandbox.id(), e.what());
   }
+  if (replicator_) replicator_->nudge();  // its upload starts now, not at the next round
   return info;
 }
 

@@ -209,6 +209,39 @@ test('a conversation comes back on an empty state directory from the store alone
   assert.equal(there.store?.url, storeUrl(prefix));
 });
 
+/** The mount points under dir, from /proc/self/mountinfo (a root server's sandboxes mount their filesystems there). */
+const mountsUnder = (dir) => readFileSync('/proc/self/mountinfo', 'utf8').split('\n')
+  .map((line) => line.split(' ')[4]).filter((m) => m && (m === dir || m.startsWith(dir + '/')));
+
+test('a server closed during an upload exits at once and leaves nothing mounted', async (t) => {
+  const s3 = await sharedS3();
+  const { serve, dir } = scope(t);
+  const state = dir('agentbox-store-state-');
+  const server = await serve({ prefix: 'closed-mid-upload', env: s3.env(), stateDir: state });
+  // 200 MB of random bytes: seconds of multipart upload to s3rver.
+  await stdout(server, 'head -c 200000000 /dev/urandom > big', 'up');
+  await call(server, 'sandbox_snapshot', { conversation: 'up' });
+  const listed = await call(server, 'snapshot_list', { conversation: 'up' });
+  assert.equal(listed.store?.state, 'pending', `the upload is under way: ${JSON.stringify(listed.store)}`);
+  // Closed once the helper is sending parts: a multipart upload is open in s3rver.
+  const uploads = join(s3.dir, s3.bucket, '._S3rver_uploads');
+  for (const deadline = Date.now() + WAIT_MS; !(existsSync(uploads) && readdirSync(uploads).length > 0);) {
+    assert.ok(Date.now() < deadline, `no multipart upload began in ${WAIT_MS} ms\n${tail(server.stderr())}`);
+    await sleep(50);
+  }
+
+  const started = Date.now();
+  await server.close();
+  const took = Date.now() - started;
+  assert.doesNotMatch(server.stderr(), /shutdown took longer/, tail(server.stderr()));
+  assert.ok(took < 4000, `closing took ${took} ms\n${tail(server.stderr())}`);
+  assert.deepEqual(mountsUnder(state), [], `nothing mounted under ${state}\n${tail(server.stderr())}`);
+
+  // The next server on that state directory finishes the upload.
+  const again = await serve({ prefix: 'closed-mid-upload', env: s3.env(), stateDir: state });
+  await storeBecomes(again, 'up', 'synced');
+});
+
 test('a wrong secret: the snapshot stays local, restorable, and snapshot_list says why', async (t) => {
   const s3 = await sharedS3();
   const { serve, dir } = scope(t);
